@@ -1,0 +1,1 @@
+"""bench: reserved for a later issue (see README)."""

@@ -1,0 +1,1 @@
+"""compaction: reserved for a later issue (see README)."""

@@ -1,0 +1,528 @@
+"""One join side's state in RocksDB: layouts, staged writes, probes and the probe cache.
+
+Three row layouts, chosen by what is known about uniqueness (DESIGN.md §2):
+
+``key``     the join key is unique on this side: RocksDB key = prefix + canon,
+            value = row.  Probed by multi-get.
+``unique``  the side has a unique row key: key = prefix + canon + canon(unique key),
+            value = row.  Probed by prefix iteration.
+``bag``     nothing is unique: key = prefix + canon + xxh3_128(row) + seq,
+            value = count + row.
+
+The bag layout appends: an insert is a *blind* put of a new entry (no read), because a
+read before every write costs about as much as the write itself on this machine
+(ROCKSDICT.md: ~1 µs per multi-get miss against ~1.8 µs per put).  Several entries of the
+same row may therefore coexist (one per batch that inserted it); readers sum them.  Only
+a retraction reads: it sums the row's entries, checks the multiplicity stays >= 0, and
+rewrites them as one entry (consolidation on delete).  ``seq`` is a per-index batch
+counter kept in ``__meta__``, so keys of one batch never collide with earlier ones.
+
+Rows whose join key has a NULL never match; they live in a separate ``.nulls`` column
+family in bag layout, so that outer/anti joins can emit and retract them and
+``state()`` shows them.  Sides whose per-key multiplicity matters to an outer, semi or
+anti join also keep a ``.deg`` column family: prefix + canon -> total weight.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import rocksdict as rd
+
+from joinstate._bytes import Bytes
+from joinstate._zset import Groups, group_keys, group_rows, sum_by
+from joinstate.codec import RowCodec
+from joinstate.errors import (
+    OverRetractionError,
+    SchemaMismatchError,
+    StateCorruptedError,
+    UniqueKeyViolationError,
+)
+from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash
+from joinstate.schema import conform_delta
+
+if TYPE_CHECKING:
+    from joinstate.store import StateStore
+
+__all__ = ["Batch", "ProbeCache", "SideIndex"]
+
+_I64 = struct.Struct("<q")
+_SEQ = struct.Struct(">Q")
+
+# Cost model of a probe, in microseconds, measured on the project machine (ROCKSDICT.md
+# and bench/): a cached point get, a seek plus its first row, one more scanned row, and a
+# full-scan row including bulk decode and key hashing.
+COST_GET_US = 5.0
+COST_SEEK_US = 15.0
+COST_ROW_US = 0.4
+COST_SCAN_US = 1.0
+
+
+@dataclass
+class Batch:
+    """A consolidated delta of one side, with everything derived from it once."""
+
+    rows: pa.Table
+    w: np.ndarray
+    enc: Bytes
+    rh: Bytes
+    canon: Bytes
+    khash: np.ndarray
+    null: np.ndarray
+    keys: Groups  # groups of non-null rows by join key (inv = -1 for NULL keys)
+
+    @property
+    def n(self) -> int:
+        return len(self.w)
+
+
+@dataclass
+class Entries:
+    """Stored entries of a side returned by a probe, each tagged with its query group."""
+
+    rows: pa.Table
+    w: np.ndarray
+    q: np.ndarray
+
+
+@dataclass
+class Staged:
+    """What a push will change in this index once its WriteBatch is written."""
+
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    deg_old: np.ndarray | None = None
+    deg_new: np.ndarray | None = None
+
+
+class ProbeCache:
+    """The whole side as Arrow, sorted by key hash: an in-memory hash-join build side.
+
+    Asymmetry makes this affordable: the small side of a join fits in memory, and
+    probing it with numpy ``searchsorted`` costs ~0.1 µs per row against ~5 µs for a
+    RocksDB get from Python.  It is kept coherent by applying every consolidated delta of
+    its side (see :meth:`apply`).
+    """
+
+    def __init__(
+        self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
+        khash: np.ndarray,
+    ) -> None:
+        order = np.argsort(khash, kind="stable")
+        self.rows = rows
+        self.w = w
+        self.rh = rh
+        self.enc = enc
+        self.canon = canon
+        self.khash = khash
+        self.order = order
+        self.sorted_hash = khash[order]
+
+    def __len__(self) -> int:
+        return len(self.w)
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        lo = np.searchsorted(self.sorted_hash, qhash, side="left")
+        hi = np.searchsorted(self.sorted_hash, qhash, side="right")
+        cnt = (hi - lo).astype(np.int64)
+        total = int(cnt.sum())
+        q = np.repeat(np.arange(len(qhash), dtype=np.int64), cnt)
+        first_out = np.cumsum(cnt) - cnt
+        pos = np.repeat(lo - first_out, cnt) + np.arange(total, dtype=np.int64)
+        e = self.order[pos]
+        ok = qcanon.take(q).equals(self.canon.take(e)) if total else np.zeros(0, bool)
+        if not ok.all():
+            e, q = e[ok], q[ok]
+        return Entries(self.rows.take(pa.array(e)), self.w[e], q)
+
+    def apply(self, batch: Batch, keep: np.ndarray) -> ProbeCache:
+        """A new cache with the non-NULL-key rows ``keep`` of ``batch`` merged in."""
+        idx = np.flatnonzero(keep)
+        rows = pa.concat_tables([self.rows, batch.rows.take(pa.array(idx))])
+        w = np.concatenate([self.w, batch.w[idx]])
+        rh = Bytes.concat([self.rh, batch.rh.take(idx)])
+        enc = Bytes.concat([self.enc, batch.enc.take(idx)])
+        canon = Bytes.concat([self.canon, batch.canon.take(idx)])
+        khash = np.concatenate([self.khash, batch.khash[idx]])
+        g = group_rows(rh, enc)
+        sums = sum_by(g.inv, w, len(g))
+        live = g.first[sums != 0]
+        sel = pa.array(live)
+        return ProbeCache(
+            rows.take(sel), sums[sums != 0], rh.take(live), enc.take(live), canon.take(live),
+            khash[live],
+        )
+
+
+class SideIndex:
+    """Storage of one side of one join (its index, nulls and degree column families)."""
+
+    def __init__(
+        self, store: StateStore, cf: str, side: str, schema: pa.Schema,
+        key: Sequence[str], unique_key: Sequence[str] | None,
+        key_codec: KeyCodec, unique_codec: KeyCodec | None, layout: str, track_degree: bool,
+    ) -> None:
+        self.store = store
+        self.side = side
+        self.schema = schema
+        self.key = list(key)
+        self.unique_key = list(unique_key) if unique_key else None
+        self.key_codec = key_codec
+        self.unique_codec = unique_codec
+        self.row_codec = RowCodec(schema)
+        self.layout = layout
+        self.track_degree = track_degree
+        self.cf = cf
+        self.cf_nulls = cf + ".nulls"
+        self.cf_deg = cf + ".deg"
+        self.cache: ProbeCache | None = None
+
+    # ---- names & stats ----------------------------------------------------------------
+
+    def column_families(self) -> list[str]:
+        return [self.cf, self.cf_nulls] + ([self.cf_deg] if self.track_degree else [])
+
+    def stat(self, cf: str, name: str) -> int:
+        return self.store.meta_int(cf, name)
+
+    @property
+    def entries(self) -> int:
+        return self.stat(self.cf, "entries")
+
+    # ---- batch preparation ------------------------------------------------------------
+
+    def prepare(self, delta: pa.Table | pa.RecordBatch) -> Batch:
+        """Conform, encode and consolidate a delta (cancelling +1/-1 of the same row)."""
+        table, w = conform_delta(self.schema, delta, self.side)
+        enc = self.row_codec.encode(table)
+        rh = row_hash(enc)
+        g = group_rows(rh, enc)
+        if len(g) < len(w):
+            w = sum_by(g.inv, w, len(g))
+            idx = g.first
+        else:
+            idx = np.arange(len(w), dtype=np.int64)
+        live = w != 0
+        if not live.all():
+            idx, w = idx[live], w[live]
+        if len(idx) != table.num_rows or not (idx == np.arange(len(idx))).all():
+            table = table.take(pa.array(idx))
+            enc, rh = enc.take(idx), rh.take(idx)
+        canon, null = self.key_codec.encode(table)
+        khash = hash_prefix(canon)
+        nonnull = np.flatnonzero(~null)
+        inv = np.full(len(w), -1, dtype=np.int64)
+        kg = group_keys(khash[nonnull], canon.take(nonnull))
+        inv[nonnull] = kg.inv
+        keys = Groups(inv, nonnull[kg.first])
+        if self.unique_key:
+            for c in self.unique_key:
+                col = table.column(c)
+                if col.null_count and c not in self.key:
+                    raise SchemaMismatchError(
+                        f"{self.side} side: unique key column {c!r} has NULLs; a unique key "
+                        "must be non-null"
+                    )
+        return Batch(table, w, enc, rh, canon, khash, null, keys)
+
+    # ---- staging writes ---------------------------------------------------------------
+
+    def stage(self, batch: Batch, wb: rd.WriteBatch, seq: int) -> Staged:
+        """Validate ``batch`` against stored state and add its writes to ``wb``.
+
+        Raises before anything is added if any multiplicity would go below zero or a
+        unique key would hold two rows; the caller then drops the WriteBatch, so a
+        failing batch leaves no trace.
+        """
+        staged = Staged()
+        null_rows = np.flatnonzero(batch.null)
+        rows = np.flatnonzero(~batch.null)
+        ops: list[tuple[str, bytes, bytes | None]] = []
+        if len(null_rows):
+            staged.stats[self.cf_nulls] = self._stage_bag(
+                self.cf_nulls, batch, null_rows, Bytes.from_fixed(
+                    np.zeros((len(null_rows), 0), np.uint8)), seq, ops)
+        if len(rows):
+            group_prefix = Bytes.concat_rows(
+                [prefix_bytes(batch.khash[rows]), batch.canon.take(rows)]
+            )
+            if self.layout == "bag":
+                staged.stats[self.cf] = self._stage_bag(
+                    self.cf, batch, rows, group_prefix, seq, ops)
+            else:
+                staged.stats[self.cf] = self._stage_unique(batch, rows, group_prefix, ops)
+            if self.track_degree:
+                self._stage_degree(batch, staged, ops)
+        handles: dict[str, object] = {}
+        for cf, k, v in ops:
+            h = handles.get(cf)
+            if h is None:
+                h = handles[cf] = self.store.handle(cf)
+            if v is None:
+                wb.delete(k, h)
+            else:
+                wb.put(k, v, h)
+        return staged
+
+    def _stage_bag(
+        self, cf: str, batch: Batch, rows: np.ndarray, group_prefix: Bytes, seq: int,
+        ops: list[tuple[str, bytes, bytes | None]],
+    ) -> dict[str, int]:
+        w = batch.w[rows]
+        enc = batch.enc.take(rows)
+        base = Bytes.concat_rows([group_prefix, batch.rh.take(rows)])
+        seq_b = _SEQ.pack(seq)
+        ins = np.flatnonzero(w > 0)
+        dels = np.flatnonzero(w < 0)
+        entries_delta = 0
+        if len(ins):
+            counts = Bytes.from_fixed(w[ins].astype("<i8").view(np.uint8).reshape(len(ins), 8))
+            keys = Bytes.concat_rows(
+                [base.take(ins), Bytes.from_fixed(np.frombuffer(seq_b * len(ins), np.uint8)
+                                                  .reshape(len(ins), 8))]
+            )
+            values = Bytes.concat_rows([counts, enc.take(ins)])
+            ops.extend(zip([cf] * len(ins), keys.to_list(), values.to_list(), strict=True))
+            entries_delta += len(ins)
+        if len(dels):
+            base_list = base.take(dels).to_list()
+            enc_list = enc.take(dels).to_list()
+            cfo = self.store.cf(cf)
+            ro = rd.ReadOptions()
+            ro.set_total_order_seek(True)
+            it = cfo.iter(ro)
+            try:
+                for j, (b, e) in enumerate(zip(base_list, enc_list, strict=True)):
+                    total = 0
+                    it.seek(b)
+                    found: list[bytes] = []
+                    while it.valid():
+                        k = it.key()
+                        if not k.startswith(b):
+                            break
+                        v = it.value()
+                        if v[8:] != e:
+                            raise StateCorruptedError(
+                                f"{self.side} side: xxh3_128 collision or corrupt entry in {cf}"
+                            )
+                        total += _I64.unpack_from(v)[0]
+                        found.append(k)
+                        it.next()
+                    new_total = total + int(w[dels[j]])
+                    if new_total < 0:
+                        self._over_retraction(batch, rows[dels[j]], total, new_total)
+                    ops.extend((cf, k, None) for k in found)
+                    entries_delta -= len(found)
+                    if new_total > 0:
+                        ops.append((cf, b + seq_b, _I64.pack(new_total) + e))
+                        entries_delta += 1
+            finally:
+                del it
+        return {"rows": int(w.sum()), "entries": entries_delta}
+
+    def _stage_unique(
+        self, batch: Batch, rows: np.ndarray, group_prefix: Bytes,
+        ops: list[tuple[str, bytes, bytes | None]],
+    ) -> dict[str, int]:
+        if self.layout == "unique":
+            assert self.unique_codec is not None
+            ucanon, _ = self.unique_codec.encode(batch.rows.take(pa.array(rows)))
+            skeys = Bytes.concat_rows([group_prefix, ucanon]).to_list()
+        else:
+            skeys = group_prefix.to_list()
+        w = batch.w[rows]
+        firsts: dict[bytes, int] = {}
+        inv = np.fromiter((firsts.setdefault(k, len(firsts)) for k in skeys), np.int64, len(skeys))
+        gkeys = list(firsts)
+        existing = self.store.cf(self.cf).get(gkeys)
+        enc_list = batch.enc.take(rows).to_list()
+        match = np.fromiter(
+            (e == existing[g] for e, g in zip(enc_list, inv.tolist(), strict=True)), bool, len(w)
+        )
+        final = w + match
+        bad = np.flatnonzero(final < 0)
+        if len(bad):
+            self._over_retraction(batch, rows[bad[0]], int(match[bad[0]]), int(final[bad[0]]))
+        present = np.array([v is not None for v in existing], dtype=bool)
+        matched_any = np.zeros(len(firsts), dtype=bool)
+        matched_any[inv[match]] = True
+        survivors = np.bincount(inv, weights=(final >= 1), minlength=len(firsts)).astype(np.int64)
+        survivors += present & ~matched_any
+        over = np.flatnonzero(final > 1)
+        crowded = np.flatnonzero(survivors > 1)
+        if len(over) or len(crowded):
+            r = rows[over[0]] if len(over) else rows[np.flatnonzero(inv == crowded[0])[0]]
+            what = self.unique_key or self.key
+            raise UniqueKeyViolationError(
+                f"{self.side} side: the batch would leave more than one row with unique key "
+                f"{what} = {self._describe_key(batch, r, what)}; an update must retract the old "
+                "row (weight -1) in the same or an earlier batch; nothing was applied"
+            )
+        entries_delta = 0
+        put_rows = np.flatnonzero(final == 1)
+        for i in put_rows.tolist():
+            ops.append((self.cf, skeys[i], enc_list[i]))
+        gone = present & matched_any
+        gone[inv[put_rows]] = False
+        for gi in np.flatnonzero(gone).tolist():
+            ops.append((self.cf, gkeys[gi], None))
+        entries_delta = int((~present[inv[put_rows]]).sum()) - int(gone.sum())
+        return {"rows": int(w.sum()), "entries": entries_delta}
+
+    def _stage_degree(
+        self, batch: Batch, staged: Staged, ops: list[tuple[str, bytes, bytes | None]]
+    ) -> None:
+        kg = batch.keys
+        nonnull = batch.keys.inv >= 0
+        d = sum_by(kg.inv[nonnull], batch.w[nonnull], len(kg))
+        first = kg.first
+        dkeys = Bytes.concat_rows(
+            [prefix_bytes(batch.khash[first]), batch.canon.take(first)]
+        ).to_list()
+        old = self.degrees_by_keys(dkeys)
+        new = old + d
+        for k, n_old, n_new in zip(dkeys, old.tolist(), new.tolist(), strict=True):
+            if n_new == n_old:
+                continue
+            ops.append((self.cf_deg, k, None if n_new == 0 else _I64.pack(n_new)))
+        staged.deg_old, staged.deg_new = old, new
+        staged.stats[self.cf_deg] = {
+            "keys": int(((old == 0) & (new > 0)).sum()) - int(((old > 0) & (new == 0)).sum())
+        }
+
+    def degrees_by_keys(self, dkeys: list[bytes]) -> np.ndarray:
+        vals = self.store.cf(self.cf_deg).get(dkeys) if dkeys else []
+        return np.fromiter(
+            (0 if v is None else _I64.unpack(v)[0] for v in vals), np.int64, len(dkeys)
+        )
+
+    def _over_retraction(self, batch: Batch, r: int, have: int, would: int) -> None:
+        raise OverRetractionError(
+            f"{self.side} side: the batch would take the multiplicity of a row with key "
+            f"{self.key} = {self._describe_key(batch, r, self.key)} from {have} to {would}; "
+            "retract only rows that are present; nothing of the batch was applied"
+        )
+
+    @staticmethod
+    def _describe_key(batch: Batch, r: int, cols: Sequence[str]) -> str:
+        vals = [batch.rows.column(c)[r].as_py() for c in cols]
+        return repr(vals[0]) if len(vals) == 1 else repr(tuple(vals))
+
+    # ---- reading ----------------------------------------------------------------------
+
+    def _entries_from_values(self, values: list[bytes]) -> tuple[pa.Table, np.ndarray, Bytes]:
+        packed = Bytes.from_list(values)
+        if self.layout == "bag":
+            w = (
+                np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8").astype(np.int64)
+                if values else np.zeros(0, np.int64)
+            )
+            rows = self.row_codec.decode(packed, skip=8)
+            enc = Bytes.from_list([v[8:] for v in values])
+        else:
+            w = np.ones(len(values), dtype=np.int64)
+            rows = self.row_codec.decode(packed)
+            enc = packed
+        return rows, w, enc
+
+    def scan(self, cf: str | None = None) -> tuple[pa.Table, np.ndarray, Bytes]:
+        """Every stored entry of the index (or another of its CFs): rows, weights, rows' bytes.
+
+        Bag entries are returned unconsolidated (a row may appear in several entries).
+        """
+        cf = cf or self.cf
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)
+        values = list(self.store.cf(cf).values(read_opt=ro))
+        if cf == self.cf_nulls:
+            w = (np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8").astype(np.int64)
+                 if values else np.zeros(0, np.int64))
+            return self.row_codec.decode(Bytes.from_list(values), skip=8), w, Bytes.from_list(
+                [v[8:] for v in values])
+        return self._entries_from_values(values)
+
+    def build_cache(self) -> ProbeCache:
+        rows, w, enc = self.scan()
+        rh = row_hash(enc)
+        g = group_rows(rh, enc)
+        if len(g) < len(w):
+            sums = sum_by(g.inv, w, len(g))
+            idx = g.first
+            rows, w, enc, rh = rows.take(pa.array(idx)), sums, enc.take(idx), rh.take(idx)
+        canon, _ = self.key_codec.encode(rows)
+        return ProbeCache(rows, w, rh, enc, canon, hash_prefix(canon))
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        """All stored entries whose join key equals one of the queries (distinct keys)."""
+        nq = len(qhash)
+        if self.cache is None and nq:
+            entries = max(self.entries, 0)
+            per_key = entries / max(1, self._known_keys() or entries or 1)
+            if self.layout == "key":
+                point = nq * COST_GET_US
+            else:
+                point = nq * (COST_SEEK_US + per_key * COST_ROW_US)
+            if entries * COST_SCAN_US <= point:
+                cache = self.build_cache()
+                if len(cache) <= self.store.options.probe_cache_max_rows:
+                    self.cache = cache
+                return cache.probe(qcanon, qhash)
+        if self.cache is not None:
+            return self.cache.probe(qcanon, qhash)
+        if nq == 0:
+            return Entries(self.schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        prefixes = Bytes.concat_rows([prefix_bytes(qhash), qcanon]).to_list()
+        cf = self.store.cf(self.cf)
+        values: list[bytes] = []
+        q: list[int] = []
+        if self.layout == "key":
+            got = cf.get(prefixes)
+            for i, v in enumerate(got):
+                if v is not None:
+                    values.append(v)
+                    q.append(i)
+        else:
+            ro = rd.ReadOptions()
+            ro.set_prefix_same_as_start(True)
+            it = cf.iter(ro)
+            try:
+                for i in sorted(range(nq), key=prefixes.__getitem__):
+                    p = prefixes[i]
+                    it.seek(p)
+                    while it.valid():
+                        if not it.key().startswith(p):
+                            break
+                        values.append(it.value())
+                        q.append(i)
+                        it.next()
+            finally:
+                del it
+        rows, w, _ = self._entries_from_values(values)
+        return Entries(rows, w, np.asarray(q, dtype=np.int64))
+
+    def _known_keys(self) -> int | None:
+        if self.layout == "key":
+            return self.entries
+        if self.track_degree:
+            return self.stat(self.cf_deg, "keys")
+        return None
+
+    def degrees(self, qcanon: Bytes, qhash: np.ndarray) -> np.ndarray:
+        """Total weight stored under each query key."""
+        if self.cache is None and self.track_degree:
+            dkeys = Bytes.concat_rows([prefix_bytes(qhash), qcanon]).to_list()
+            return self.degrees_by_keys(dkeys)
+        e = self.probe(qcanon, qhash)
+        return sum_by(e.q, e.w, len(qhash))
+
+    def after_write(self, batch: Batch) -> None:
+        """Keep the probe cache coherent with a batch that was just written."""
+        if self.cache is None:
+            return
+        cache = self.cache.apply(batch, ~batch.null)
+        self.cache = cache if len(cache) <= self.store.options.probe_cache_max_rows else None
+

@@ -1,0 +1,80 @@
+"""The declaration of one join side: its schema, join key and optional unique key."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from joinstate.errors import SchemaMismatchError
+from joinstate.schema import check_storable
+
+__all__ = ["Side"]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of an equi-join.
+
+    ``unique_key`` is a promise that no two rows share those columns' values.  It picks
+    the storage layout (DESIGN.md §2): if the join key contains it, the side holds at most
+    one row per join key and is probed by multi-get; otherwise rows are keyed by join key
+    plus unique key.  Without it, rows are a bag (counts per distinct row).
+    """
+
+    schema: pa.Schema
+    key: Sequence[str]
+    unique_key: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schema, pa.Schema):
+            raise SchemaMismatchError(
+                f"Side.schema must be a pyarrow.Schema, got {type(self.schema).__name__}"
+            )
+        key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
+        object.__setattr__(self, "key", key)
+        if not key:
+            raise SchemaMismatchError("Side.key must name at least one column")
+        for c in key:
+            if c not in self.schema.names:
+                raise SchemaMismatchError(
+                    f"Side.key column {c!r} is not in the schema (columns: {self.schema.names})"
+                )
+        if len(set(key)) != len(key):
+            raise SchemaMismatchError(f"Side.key {list(key)} names a column twice")
+        if len(set(self.schema.names)) != len(self.schema.names):
+            raise SchemaMismatchError(f"Side.schema has duplicate column names {self.schema.names}")
+        if self.unique_key is not None:
+            uk = (self.unique_key,) if isinstance(self.unique_key, str) else tuple(self.unique_key)
+            if not uk:
+                raise SchemaMismatchError("Side.unique_key must be None or name columns")
+            for c in uk:
+                if c not in self.schema.names:
+                    raise SchemaMismatchError(
+                        f"Side.unique_key column {c!r} is not in the schema "
+                        f"(columns: {self.schema.names})"
+                    )
+            object.__setattr__(self, "unique_key", uk)
+
+    @property
+    def layout(self) -> str:
+        """``key`` / ``unique`` / ``bag``: see :mod:`joinstate._index`."""
+        if self.unique_key is None:
+            return "bag"
+        return "key" if set(self.unique_key) <= set(self.key) else "unique"
+
+    def validate_types(self, side: str) -> None:
+        check_storable(self.schema, side)
+
+    def to_spec(self) -> dict[str, Any]:
+        """A JSON-able description, stored in the catalog and compared on re-attach."""
+        schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in self.schema])
+        return {
+            "schema": base64.b64encode(schema.serialize().to_pybytes()).decode(),
+            "columns": [f"{f.name}: {f.type}" for f in self.schema],
+            "key": list(self.key),
+            "unique_key": None if self.unique_key is None else list(self.unique_key),
+        }

@@ -1,0 +1,1 @@
+"""planner: reserved for a later issue (see README)."""

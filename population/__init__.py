@@ -1,0 +1,1 @@
+"""population: reserved for a later issue (see README)."""

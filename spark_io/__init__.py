@@ -1,0 +1,1 @@
+"""spark_io: reserved for a later issue (see README)."""
