@@ -49,7 +49,10 @@ from joinstate.schema import conform_delta
 if TYPE_CHECKING:
     from joinstate.store import StateStore
 
-__all__ = ["Batch", "ProbeCache", "SideIndex"]
+__all__ = ["Batch", "Op", "ProbeCache", "SideIndex"]
+
+Op = tuple[str, bytes, bytes | None]
+"""A staged write: (column family, key, value); value None deletes the key."""
 
 _I64 = struct.Struct("<q")
 _SEQ = struct.Struct(">Q")
@@ -231,17 +234,16 @@ class SideIndex:
 
     # ---- staging writes ---------------------------------------------------------------
 
-    def stage(self, batch: Batch, wb: rd.WriteBatch, seq: int) -> Staged:
-        """Validate ``batch`` against stored state and add its writes to ``wb``.
+    def stage(self, batch: Batch, seq: int) -> tuple[Staged, list[Op]]:
+        """Validate ``batch`` against stored state and return the writes it needs.
 
-        Raises before anything is added if any multiplicity would go below zero or a
-        unique key would hold two rows; the caller then drops the WriteBatch, so a
-        failing batch leaves no trace.
+        Raises if any multiplicity would go below zero or a unique key would hold two
+        rows; nothing has been written then, so a failing batch leaves no trace.
         """
         staged = Staged()
         null_rows = np.flatnonzero(batch.null)
         rows = np.flatnonzero(~batch.null)
-        ops: list[tuple[str, bytes, bytes | None]] = []
+        ops: list[Op] = []
         if len(null_rows):
             staged.stats[self.cf_nulls] = self._stage_bag(
                 self.cf_nulls, batch, null_rows, Bytes.from_fixed(
@@ -257,20 +259,11 @@ class SideIndex:
                 staged.stats[self.cf] = self._stage_unique(batch, rows, group_prefix, ops)
             if self.track_degree:
                 self._stage_degree(batch, staged, ops)
-        handles: dict[str, object] = {}
-        for cf, k, v in ops:
-            h = handles.get(cf)
-            if h is None:
-                h = handles[cf] = self.store.handle(cf)
-            if v is None:
-                wb.delete(k, h)
-            else:
-                wb.put(k, v, h)
-        return staged
+        return staged, ops
 
     def _stage_bag(
         self, cf: str, batch: Batch, rows: np.ndarray, group_prefix: Bytes, seq: int,
-        ops: list[tuple[str, bytes, bytes | None]],
+        ops: list[Op],
     ) -> dict[str, int]:
         w = batch.w[rows]
         enc = batch.enc.take(rows)
@@ -326,7 +319,7 @@ class SideIndex:
 
     def _stage_unique(
         self, batch: Batch, rows: np.ndarray, group_prefix: Bytes,
-        ops: list[tuple[str, bytes, bytes | None]],
+        ops: list[Op],
     ) -> dict[str, int]:
         if self.layout == "unique":
             assert self.unique_codec is not None
@@ -374,7 +367,7 @@ class SideIndex:
         return {"rows": int(w.sum()), "entries": entries_delta}
 
     def _stage_degree(
-        self, batch: Batch, staged: Staged, ops: list[tuple[str, bytes, bytes | None]]
+        self, batch: Batch, staged: Staged, ops: list[Op]
     ) -> None:
         kg = batch.keys
         nonnull = batch.keys.inv >= 0

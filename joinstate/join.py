@@ -15,6 +15,7 @@ together or not at all, after validation.  The output is assembled with Arrow ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -22,19 +23,21 @@ import pyarrow as pa
 import rocksdict as rd
 
 from joinstate._bytes import Bytes
-from joinstate._index import Batch, Entries, SideIndex, Staged
+from joinstate._index import Batch, Entries, Op, SideIndex, Staged
 from joinstate._zset import expand, sum_by
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
-from joinstate.keys import KeyCodec, key_plan, single_plan
+from joinstate.keys import KeyCodec, hash_prefix, key_plan, single_plan
 from joinstate.schema import WEIGHT
 from joinstate.side import Side
+from joinstate.store import META_CF
 
 if TYPE_CHECKING:
     from joinstate.store import StateStore
 
-__all__ = ["How", "Join"]
+__all__ = ["How", "Join", "Phase"]
 
 How = Literal["inner", "left", "right", "full", "left_semi", "left_anti"]
+Phase = Literal["population", "live"]
 _HOWS: tuple[str, ...] = get_args(How)
 SPEC_VERSION = 1
 
@@ -165,29 +168,149 @@ class Join:
 
     # ---- push -------------------------------------------------------------------------
 
-    def push(self, side: Literal["left", "right"], delta: pa.Table | pa.RecordBatch) -> pa.Table:
+    def push(
+        self, side: Literal["left", "right"], delta: pa.Table | pa.RecordBatch, *,
+        commit_id: str | None = None,
+    ) -> pa.Table:
         """Apply a change set to ``side``; return the join's output change set.
 
         Atomic: a batch that would take a row's multiplicity below zero (or break a
         declared unique key) raises and changes nothing.
+
+        ``commit_id`` makes the push idempotent (exactly-once under retries): the id and
+        the output are committed in the same WriteBatch as the state change, and a push
+        with an id already committed returns the recorded output without applying the
+        delta again.  Ids are kept until :meth:`forget_commits`.
+        """
+        return self.apply(side, self.prepare(side, delta), commit_id=commit_id)
+
+    def prepare(self, side: Literal["left", "right"], delta: pa.Table | pa.RecordBatch) -> Batch:
+        """Conform, encode and consolidate a delta without touching state.
+
+        Drivers (population, Spark workers) use this with :meth:`apply` to overlap or
+        redirect work; :meth:`push` is ``apply(prepare(...))``.
+        """
+        self._require_store()
+        return self._sides(side)[0].prepare(delta)
+
+    def apply(
+        self, side: Literal["left", "right"], batch: Batch, *, commit_id: str | None = None,
+        sink: Callable[[list[Op]], None] | None = None,
+    ) -> pa.Table:
+        """Apply a prepared batch; see :meth:`push`.
+
+        ``sink``, if given, receives the data writes (column family, key, value-or-None)
+        instead of a WriteBatch, e.g. to write them as sorted SST files for ingestion;
+        counters are still written through a WriteBatch after the sink returns.  Only
+        the bulk-load path uses it: it gives up atomicity with the counters.
         """
         store = self._require_store()
-        if side not in ("left", "right"):
-            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
-        s, o = (self.left, self.right) if side == "left" else (self.right, self.left)
-        batch = s.prepare(delta)
-        if batch.n == 0:
-            return self.output_schema.empty_table()
+        s, o = self._sides(side)
+        ckey = self._commit_key(commit_id) if commit_id is not None else None
+        if ckey is not None:
+            recorded = store.cf(META_CF).get(ckey)
+            if recorded is not None:
+                return _ipc_read(recorded)
+        out = self.output_schema.empty_table()
+        ops: list[Op] = []
+        stats: dict[str, dict[str, int]] = {}
+        if batch.n:
+            seq = s.stat(s.cf, "seq") + 1
+            staged, ops = s.stage(batch, seq)
+            stats = staged.stats
+            stats.setdefault(s.cf, {})["seq"] = 1
+            out = self._output(side, s, o, batch, staged)
         wb = rd.WriteBatch(raw_mode=True)
-        seq = s.stat(s.cf, "seq") + 1
-        staged = s.stage(batch, wb, seq)
-        staged.stats.setdefault(s.cf, {})["seq"] = 1
-        out = self._output(side, s, o, batch, staged)
-        meta = store.stage_meta_ints(wb, staged.stats)
+        if sink is not None:
+            sink(ops)
+        else:
+            handles: dict[str, Any] = {}
+            for cf, k, v in ops:
+                h = handles.get(cf)
+                if h is None:
+                    h = handles[cf] = store.handle(cf)
+                if v is None:
+                    wb.delete(k, h)
+                else:
+                    wb.put(k, v, h)
+        meta = store.stage_meta_ints(wb, stats)
+        if ckey is not None:
+            wb.put(ckey, _ipc_write(out), store.handle(META_CF))
         store.write(wb)
         store.publish_meta(meta)
-        s.after_write(batch)
+        if batch.n:
+            s.after_write(batch)
         return out
+
+    def _sides(self, side: str) -> tuple[SideIndex, SideIndex]:
+        if side == "left":
+            return self.left, self.right
+        if side == "right":
+            return self.right, self.left
+        raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+
+    def _commit_key(self, commit_id: str) -> bytes:
+        if not isinstance(commit_id, str) or not commit_id:
+            raise SchemaMismatchError(f"commit_id={commit_id!r} must be a non-empty string")
+        return b"commit\x00" + self.name.encode() + b"\x00" + commit_id.encode()
+
+    def committed(self, commit_id: str) -> bool:
+        """Whether a push with ``commit_id`` has been applied."""
+        store = self._require_store()
+        return store.cf(META_CF).get(self._commit_key(commit_id)) is not None
+
+    def forget_commits(self, keep: Callable[[str], bool] | None = None) -> int:
+        """Drop recorded commit ids (and their outputs) for which ``keep`` is false."""
+        store = self._require_store()
+        prefix = b"commit\x00" + self.name.encode() + b"\x00"
+        meta = store.cf(META_CF)
+        wb = rd.WriteBatch(raw_mode=True)
+        h = store.handle(META_CF)
+        n = 0
+        for k in list(meta.keys(from_key=prefix)):
+            if not k.startswith(prefix):
+                break
+            if keep is None or not keep(k[len(prefix):].decode()):
+                wb.delete(k, h)
+                n += 1
+        store.write(wb)
+        return n
+
+    # ---- phase ------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        """``"population"`` until a driver calls :meth:`set_phase` ``("live")``."""
+        store = self._require_store()
+        raw = store.cf(META_CF).get(b"phase\x00" + self.name.encode())
+        return "live" if raw == b"live" else "population"
+
+    def set_phase(self, phase: Phase) -> None:
+        """Record the join's phase (persisted in ``__meta__``)."""
+        if phase not in ("population", "live"):
+            raise SchemaMismatchError(f"phase={phase!r} must be 'population' or 'live'")
+        store = self._require_store()
+        store.cf(META_CF).put(b"phase\x00" + self.name.encode(), phase.encode())
+
+    def index(self, side: Literal["left", "right"]) -> SideIndex:
+        """The storage of one side: column-family names, layout, counters (for drivers)."""
+        return self._sides(side)[0]
+
+    def shard_of(
+        self, side: Literal["left", "right"], table: pa.Table | pa.RecordBatch, shards: int
+    ) -> np.ndarray:
+        """Shard number of every row: ``xxh3(canonical key) % shards``.
+
+        Equal keys get equal shards on both sides whatever their integer widths; rows
+        with a NULL key go to shard 0 (they never match, any shard is correct).
+        """
+        idx = self._sides(side)[0]
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        canon, null = idx.key_codec.encode(table.select(idx.key))
+        h = hash_prefix(canon) % np.uint64(shards)
+        h[null] = 0
+        return h.astype(np.int64)
 
     def _output(
         self, side: str, s: SideIndex, o: SideIndex, batch: Batch, staged: Staged
@@ -344,6 +467,17 @@ _PROPERTIES = (
     "live-sst-files-size", "cur-size-all-mem-tables", "estimate-pending-compaction-bytes",
     "compaction-pending", "num-running-compactions", "estimate-live-data-size",
 )
+
+
+def _ipc_write(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _ipc_read(raw: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
 
 
 def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:

@@ -29,7 +29,7 @@ from joinstate.errors import (
     StateCorruptedError,
     StateLockedError,
 )
-from joinstate.options import StoreOptions
+from joinstate.options import IndexOptions, StoreOptions
 
 if TYPE_CHECKING:
     from joinstate.join import How, Join
@@ -156,6 +156,30 @@ class StateStore:
             self.cf(name)
             h = self._handles[name] = self._require_open().get_column_family_handle(name)
         return h
+
+    def recreate_empty(self, name: str, extra: IndexOptions) -> None:
+        """Re-create the empty column family ``name`` with ``extra`` options applied.
+
+        RocksDB cannot switch a column family's memtable factory at run time, so a
+        population driver that picks a memtable per side (hash skip list for the small
+        side) does it here, before the first write.  Refuses a non-empty family.
+        """
+        db = self._require_open()
+        cf = self.cf(name)
+        it = cf.iter(rd.ReadOptions())
+        it.seek_to_first()
+        nonempty = it.valid()
+        del it
+        if nonempty:
+            raise SchemaMismatchError(
+                f"column family {name!r} in {self.path} already holds data; its memtable can "
+                "only be chosen before the first write"
+            )
+        del cf
+        self._cfs.pop(name, None)
+        self._handles.pop(name, None)
+        db.drop_column_family(name)
+        self._cfs[name] = db.create_column_family(name, self._cf_options(name, extra))
 
     def column_families(self) -> list[str]:
         """Names of every column family in the store."""
