@@ -79,9 +79,9 @@ class StateStore:
                     f"cannot list column families of {self.path}: {exc}"
                 ) from exc
         column_families = {
-            name: self._cf_options(name) for name in existing if name != "default"
+            name: self.cf_options(name) for name in existing if name != "default"
         }
-        column_families.setdefault(META_CF, self._cf_options(META_CF))
+        column_families.setdefault(META_CF, self.cf_options(META_CF))
         try:
             self._db = rd.Rdict(
                 str(self.path), self._db_options, column_families=column_families
@@ -133,7 +133,8 @@ class StateStore:
 
     # ---- column families --------------------------------------------------------------
 
-    def _cf_options(self, name: str, extra: Any = None) -> rd.Options:
+    def cf_options(self, name: str, extra: IndexOptions | None = None) -> rd.Options:
+        """The rocksdict Options of column family ``name`` (also what SstFileWriter needs)."""
         index = name.startswith("j.") and not name.endswith(".nulls")
         return self.options.cf_options(name, self._cache, extra, prefix_extractor=index)
 
@@ -145,7 +146,7 @@ class StateStore:
             try:
                 cf = db.get_column_family(name)
             except Exception:
-                cf = db.create_column_family(name, self._cf_options(name))
+                cf = db.create_column_family(name, self.cf_options(name))
             self._cfs[name] = cf
         return cf
 
@@ -179,7 +180,7 @@ class StateStore:
         self._cfs.pop(name, None)
         self._handles.pop(name, None)
         db.drop_column_family(name)
-        self._cfs[name] = db.create_column_family(name, self._cf_options(name, extra))
+        self._cfs[name] = db.create_column_family(name, self.cf_options(name, extra))
 
     def column_families(self) -> list[str]:
         """Names of every column family in the store."""
