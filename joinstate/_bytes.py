@@ -14,9 +14,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Bytes"]
+__all__ = ["Bytes", "is_identity"]
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
+
+
+def is_identity(idx: np.ndarray, n: int) -> bool:
+    """True if ``idx`` is ``arange(n)``: gathering by it would copy for nothing."""
+    return len(idx) == n and (n == 0 or (idx[0] == 0 and bool((np.diff(idx) == 1).all())))
 
 
 class Bytes:
@@ -103,6 +108,8 @@ class Bytes:
     def take(self, idx: np.ndarray) -> Bytes:
         """Gather strings by position."""
         idx = np.asarray(idx, dtype=np.int64)
+        if is_identity(idx, len(self)):
+            return self
         if self.width is not None:
             return Bytes.from_fixed(self.matrix()[idx])
         return Bytes.from_arrow(pc.take(self.arrow(), pa.array(idx)))

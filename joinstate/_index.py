@@ -26,9 +26,9 @@ anti join also keep a ``.deg`` column family: prefix + canon -> total weight.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,10 +49,58 @@ from joinstate.schema import conform_delta
 if TYPE_CHECKING:
     from joinstate.store import StateStore
 
-__all__ = ["Batch", "Op", "ProbeCache", "SideIndex"]
+__all__ = ["Batch", "Op", "Ops", "ProbeCache", "SideIndex"]
 
 Op = tuple[str, bytes, bytes | None]
 """A staged write: (column family, key, value); value None deletes the key."""
+
+
+class Ops:
+    """Staged writes of one push, kept as per-column-family blocks.
+
+    Blocks keep the WriteBatch fill loop tight (one handle per block, no per-row lookups)
+    and let a bulk loader take each family's keys as one list.
+    """
+
+    __slots__ = ("blocks",)
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, list[bytes], list[bytes | None]]] = []
+
+    def put_many(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
+        self.blocks.append((cf, keys, values))  # type: ignore[arg-type]
+
+    def put(self, cf: str, key: bytes, value: bytes | None) -> None:
+        if self.blocks and self.blocks[-1][0] == cf and len(self.blocks[-1][1]) < 4096:
+            self.blocks[-1][1].append(key)
+            self.blocks[-1][2].append(value)
+        else:
+            self.blocks.append((cf, [key], [value]))
+
+    def delete(self, cf: str, key: bytes) -> None:
+        self.put(cf, key, None)
+
+    def __len__(self) -> int:
+        return sum(len(k) for _, k, _ in self.blocks)
+
+    def flat(self) -> list[Op]:
+        """Every write as a (cf, key, value) tuple, in staging order."""
+        return [(cf, k, v) for cf, ks, vs in self.blocks for k, v in zip(ks, vs, strict=True)]
+
+    def fill(self, wb: rd.WriteBatch, handle: Callable[[str], Any]) -> None:
+        """Add every write to ``wb`` (each with its column-family handle: pitfall 1)."""
+        for cf, keys, values in self.blocks:
+            h = handle(cf)
+            put = wb.put
+            if None in values:
+                for k, v in zip(keys, values, strict=True):
+                    if v is None:
+                        wb.delete(k, h)
+                    else:
+                        put(k, v, h)
+            else:
+                for k, v in zip(keys, values, strict=True):
+                    put(k, v, h)
 
 _I64 = struct.Struct("<q")
 _SEQ = struct.Struct(">Q")
@@ -183,6 +231,10 @@ class SideIndex:
         self.cf_nulls = cf + ".nulls"
         self.cf_deg = cf + ".deg"
         self.cache: ProbeCache | None = None
+        # Whether the cache was probed since this side's last write: a cache that only
+        # gets maintained (its side is being loaded, nobody probes it) costs O(side) per
+        # push for nothing, so it is dropped and rebuilt by the cost rule when needed.
+        self.cache_used = False
 
     # ---- names & stats ----------------------------------------------------------------
 
@@ -234,7 +286,7 @@ class SideIndex:
 
     # ---- staging writes ---------------------------------------------------------------
 
-    def stage(self, batch: Batch, seq: int) -> tuple[Staged, list[Op]]:
+    def stage(self, batch: Batch, seq: int) -> tuple[Staged, Ops]:
         """Validate ``batch`` against stored state and return the writes it needs.
 
         Raises if any multiplicity would go below zero or a unique key would hold two
@@ -243,7 +295,7 @@ class SideIndex:
         staged = Staged()
         null_rows = np.flatnonzero(batch.null)
         rows = np.flatnonzero(~batch.null)
-        ops: list[Op] = []
+        ops = Ops()
         if len(null_rows):
             staged.stats[self.cf_nulls] = self._stage_bag(
                 self.cf_nulls, batch, null_rows, Bytes.from_fixed(
@@ -263,7 +315,7 @@ class SideIndex:
 
     def _stage_bag(
         self, cf: str, batch: Batch, rows: np.ndarray, group_prefix: Bytes, seq: int,
-        ops: list[Op],
+        ops: Ops,
     ) -> dict[str, int]:
         w = batch.w[rows]
         enc = batch.enc.take(rows)
@@ -279,7 +331,7 @@ class SideIndex:
                                                   .reshape(len(ins), 8))]
             )
             values = Bytes.concat_rows([counts, enc.take(ins)])
-            ops.extend(zip([cf] * len(ins), keys.to_list(), values.to_list(), strict=True))
+            ops.put_many(cf, keys.to_list(), values.to_list())
             entries_delta += len(ins)
         if len(dels):
             base_list = base.take(dels).to_list()
@@ -308,10 +360,11 @@ class SideIndex:
                     new_total = total + int(w[dels[j]])
                     if new_total < 0:
                         self._over_retraction(batch, rows[dels[j]], total, new_total)
-                    ops.extend((cf, k, None) for k in found)
+                    for k in found:
+                        ops.delete(cf, k)
                     entries_delta -= len(found)
                     if new_total > 0:
-                        ops.append((cf, b + seq_b, _I64.pack(new_total) + e))
+                        ops.put(cf, b + seq_b, _I64.pack(new_total) + e)
                         entries_delta += 1
             finally:
                 del it
@@ -319,7 +372,7 @@ class SideIndex:
 
     def _stage_unique(
         self, batch: Batch, rows: np.ndarray, group_prefix: Bytes,
-        ops: list[Op],
+        ops: Ops,
     ) -> dict[str, int]:
         if self.layout == "unique":
             assert self.unique_codec is not None
@@ -358,16 +411,16 @@ class SideIndex:
         entries_delta = 0
         put_rows = np.flatnonzero(final == 1)
         for i in put_rows.tolist():
-            ops.append((self.cf, skeys[i], enc_list[i]))
+            ops.put(self.cf, skeys[i], enc_list[i])
         gone = present & matched_any
         gone[inv[put_rows]] = False
         for gi in np.flatnonzero(gone).tolist():
-            ops.append((self.cf, gkeys[gi], None))
+            ops.delete(self.cf, gkeys[gi])
         entries_delta = int((~present[inv[put_rows]]).sum()) - int(gone.sum())
         return {"rows": int(w.sum()), "entries": entries_delta}
 
     def _stage_degree(
-        self, batch: Batch, staged: Staged, ops: list[Op]
+        self, batch: Batch, staged: Staged, ops: Ops
     ) -> None:
         kg = batch.keys
         nonnull = batch.keys.inv >= 0
@@ -381,7 +434,7 @@ class SideIndex:
         for k, n_old, n_new in zip(dkeys, old.tolist(), new.tolist(), strict=True):
             if n_new == n_old:
                 continue
-            ops.append((self.cf_deg, k, None if n_new == 0 else _I64.pack(n_new)))
+            ops.put(self.cf_deg, k, None if n_new == 0 else _I64.pack(n_new))
         staged.deg_old, staged.deg_new = old, new
         staged.stats[self.cf_deg] = {
             "keys": int(((old == 0) & (new > 0)).sum()) - int(((old > 0) & (new == 0)).sum())
@@ -463,8 +516,10 @@ class SideIndex:
                 cache = self.build_cache()
                 if len(cache) <= self.store.options.probe_cache_max_rows:
                     self.cache = cache
+                    self.cache_used = True
                 return cache.probe(qcanon, qhash)
         if self.cache is not None:
+            self.cache_used = True
             return self.cache.probe(qcanon, qhash)
         if nq == 0:
             return Entries(self.schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -516,6 +571,10 @@ class SideIndex:
         """Keep the probe cache coherent with a batch that was just written."""
         if self.cache is None:
             return
+        if not self.cache_used:
+            self.cache = None
+            return
+        self.cache_used = False
         cache = self.cache.apply(batch, ~batch.null)
         self.cache = cache if len(cache) <= self.store.options.probe_cache_max_rows else None
 

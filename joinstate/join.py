@@ -23,7 +23,7 @@ import pyarrow as pa
 import rocksdict as rd
 
 from joinstate._bytes import Bytes
-from joinstate._index import Batch, Entries, Op, SideIndex, Staged
+from joinstate._index import Batch, Entries, Op, Ops, SideIndex, Staged
 from joinstate._zset import expand, sum_by
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
 from joinstate.keys import KeyCodec, hash_prefix, key_plan, single_plan
@@ -212,7 +212,7 @@ class Join:
             if recorded is not None:
                 return _ipc_read(recorded)
         out = self.output_schema.empty_table()
-        ops: list[Op] = []
+        ops = Ops()
         stats: dict[str, dict[str, int]] = {}
         if batch.n:
             seq = s.stat(s.cf, "seq") + 1
@@ -222,17 +222,9 @@ class Join:
             out = self._output(side, s, o, batch, staged)
         wb = rd.WriteBatch(raw_mode=True)
         if sink is not None:
-            sink(ops)
+            sink(ops.flat())
         else:
-            handles: dict[str, Any] = {}
-            for cf, k, v in ops:
-                h = handles.get(cf)
-                if h is None:
-                    h = handles[cf] = store.handle(cf)
-                if v is None:
-                    wb.delete(k, h)
-                else:
-                    wb.put(k, v, h)
+            ops.fill(wb, store.handle)
         meta = store.stage_meta_ints(wb, stats)
         if ckey is not None:
             wb.put(ckey, _ipc_write(out), store.handle(META_CF))

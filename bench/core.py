@@ -1,0 +1,173 @@
+"""Core push benchmark: the join operator against the raw RocksDB write ceiling.
+
+Measured in one process, on one data set (100k customer-like rows unique on their key,
+3M sales-like rows over the same keys, 64k-row batches):
+
+(a) left push into an empty join;
+(b) right push probing the full left side (input rows/s and output rows/s);
+(c) left push into a join whose right side is full (fan-out ~30);
+(d) the raw rocksdict ``WriteBatch`` put rate for the same number of keys and the same
+    key/value sizes as (b) wrote, with the same column-family options: the practical
+    ceiling of any Python engine writing that state.
+
+Target (issue 2): (b) >= 50% of (d).  Ratios are only meaningful within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import rocksdict as rd
+
+import joinstate
+from bench.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
+
+__all__ = ["CoreResult", "main", "run_core"]
+
+
+@dataclass
+class CoreResult:
+    """Figures of one run (rates in rows per second)."""
+
+    left_rows: int
+    right_rows: int
+    batch_rows: int
+    a_left_into_empty: float
+    b_right_probe_left: float
+    b_output_rows_per_s: float
+    c_left_into_full_right: float
+    c_output_rows_per_s: float
+    d_raw_writebatch: float
+    ratio_b_over_d: float
+    b_key_bytes: float
+    b_value_bytes: float
+
+
+def _timed_pushes(join: joinstate.Join, side: str, batches: Iterable[pa.RecordBatch]) -> tuple[
+    float, int, int
+]:
+    rows = out_rows = 0
+    elapsed = 0.0
+    for b in batches:
+        t0 = time.perf_counter()
+        out = join.push(side, b)  # type: ignore[arg-type]
+        elapsed += time.perf_counter() - t0
+        rows += b.num_rows
+        out_rows += out.num_rows
+    return elapsed, rows, out_rows
+
+
+def raw_writebatch_rate(
+    path: Path, options: joinstate.StoreOptions, cf_name: str, n: int, key_bytes: int,
+    value_bytes: int, batch_rows: int, seed: int = 7,
+) -> float:
+    """Puts/s of pre-built random keys and values through WriteBatches into one CF."""
+    with joinstate.StateStore(path, options) as store:
+        cf = store.cf(cf_name)
+        h = store.handle(cf_name)
+        rng = np.random.default_rng(seed)
+        value = rng.bytes(value_bytes)
+        keys_all = rng.bytes(n * key_bytes)
+        keys = [keys_all[i : i + key_bytes] for i in range(0, n * key_bytes, key_bytes)]
+        wo = options.write_options()
+        t0 = time.perf_counter()
+        for s in range(0, n, batch_rows):
+            wb = rd.WriteBatch(raw_mode=True)
+            for k in keys[s : s + batch_rows]:
+                wb.put(k, value, h)
+            store._require_open().write(wb, wo)
+        elapsed = time.perf_counter() - t0
+        del cf
+    return n / elapsed
+
+
+def run_core(
+    left_rows: int = 100_000, right_rows: int = 3_000_000, batch_rows: int = 65_536,
+    workdir: Path | None = None, options: joinstate.StoreOptions | None = None,
+) -> CoreResult:
+    """Run (a)-(d) in fresh directories under ``workdir`` and return the figures."""
+    options = options or joinstate.StoreOptions()
+    tmp = Path(workdir or tempfile.mkdtemp(prefix="joinstate-bench-"))
+    shutil.rmtree(tmp / "join", ignore_errors=True)
+    shutil.rmtree(tmp / "raw", ignore_errors=True)
+    cust = customers(left_rows)
+    with joinstate.StateStore(tmp / "join", options) as store:
+        join = store.join(
+            "customer_sales",
+            left=joinstate.Side(CUSTOMER_SCHEMA, ["c_customer_sk"], ["c_customer_sk"]),
+            right=joinstate.Side(SALES_SCHEMA, ["ss_customer_sk"]),
+        )
+        ta, na, _ = _timed_pushes(join, "left", cust.to_batches(max_chunksize=batch_rows))
+        tb, nb, ob = _timed_pushes(
+            join, "right", sales_batches(right_rows, left_rows, batch_rows=batch_rows)
+        )
+        right = join.index("right")
+        key_bytes = 8 + 8 + 16 + 8  # prefix + int64 key + row hash + batch seq
+        value_bytes = 8 + right.row_codec.header_bytes
+        # (c): retract the left side, then insert it again while the right side is full.
+        retract = cust.append_column("_weight", pa.array(np.full(left_rows, -1, np.int64)))
+        _timed_pushes(join, "left", retract.to_batches(max_chunksize=batch_rows))
+        tc, nc, oc = _timed_pushes(join, "left", cust.to_batches(max_chunksize=batch_rows))
+        right_cf = right.cf
+    d = raw_writebatch_rate(
+        tmp / "raw", options, right_cf, right_rows, key_bytes, value_bytes, batch_rows
+    )
+    b = nb / tb
+    return CoreResult(
+        left_rows=left_rows, right_rows=right_rows, batch_rows=batch_rows,
+        a_left_into_empty=na / ta, b_right_probe_left=b, b_output_rows_per_s=ob / tb,
+        c_left_into_full_right=nc / tc, c_output_rows_per_s=oc / tc,
+        d_raw_writebatch=d, ratio_b_over_d=b / d, b_key_bytes=key_bytes,
+        b_value_bytes=value_bytes,
+    )
+
+
+def to_markdown(r: CoreResult) -> str:
+    """A small table for notes and the README."""
+    rows = [
+        ("(a) left push into empty join", f"{r.a_left_into_empty:,.0f} rows/s", ""),
+        ("(b) right push probing full left", f"{r.b_right_probe_left:,.0f} rows/s",
+         f"{r.b_output_rows_per_s:,.0f} output rows/s"),
+        ("(c) left push into full right", f"{r.c_left_into_full_right:,.0f} rows/s",
+         f"{r.c_output_rows_per_s:,.0f} output rows/s"),
+        ("(d) raw WriteBatch puts, same sizes", f"{r.d_raw_writebatch:,.0f} rows/s",
+         f"{r.b_key_bytes:.0f} B keys, {r.b_value_bytes:.0f} B values"),
+        ("(b) / (d)", f"{r.ratio_b_over_d:.0%}", "target >= 50%"),
+    ]
+    lines = ["| measurement | rate | note |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench core``."""
+    p = argparse.ArgumentParser(prog="python -m bench core", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--left-rows", type=int, default=100_000)
+    p.add_argument("--right-rows", type=int, default=3_000_000)
+    p.add_argument("--batch-rows", type=int, default=65_536)
+    p.add_argument("--out", type=Path, default=Path("bench-results"))
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="where the RocksDB directories go (default: a temp dir, removed after)")
+    a = p.parse_args(argv)
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="joinstate-bench-"))
+    try:
+        r = run_core(a.left_rows, a.right_rows, a.batch_rows, work)
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "core.json").write_text(json.dumps(asdict(r), indent=2))
+    md = to_markdown(r)
+    (a.out / "core.md").write_text(md + "\n")
+    print(md)
+    return 0
