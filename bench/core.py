@@ -47,6 +47,8 @@ class CoreResult:
     c_left_into_full_right: float
     c_output_rows_per_s: float
     d_raw_writebatch: float
+    d_raw_before: float
+    d_raw_after: float
     ratio_b_over_d: float
     b_key_bytes: float
     b_value_bytes: float
@@ -98,8 +100,20 @@ def run_core(
     options = options or joinstate.StoreOptions()
     tmp = Path(workdir or tempfile.mkdtemp(prefix="joinstate-bench-"))
     shutil.rmtree(tmp / "join", ignore_errors=True)
-    shutil.rmtree(tmp / "raw", ignore_errors=True)
+    for sub in ("raw0", "raw1"):
+        shutil.rmtree(tmp / sub, ignore_errors=True)
     cust = customers(left_rows)
+    key_bytes = 8 + 8 + 16 + 8  # prefix + int64 key + row hash + batch seq
+    # Same value size as the right side's stored entries: count + encoded row.
+    from joinstate.codec import RowCodec
+
+    value_bytes = 8 + RowCodec(SALES_SCHEMA).header_bytes
+    right_cf = "j.customer_sales.right"
+    # (d) is measured before and after the join run, and the faster figure is used, so a
+    # noisy neighbour cannot flatter the ratio.
+    d_before = raw_writebatch_rate(
+        tmp / "raw0", options, right_cf, right_rows, key_bytes, value_bytes, batch_rows
+    )
     with joinstate.StateStore(tmp / "join", options) as store:
         join = store.join(
             "customer_sales",
@@ -110,23 +124,21 @@ def run_core(
         tb, nb, ob = _timed_pushes(
             join, "right", sales_batches(right_rows, left_rows, batch_rows=batch_rows)
         )
-        right = join.index("right")
-        key_bytes = 8 + 8 + 16 + 8  # prefix + int64 key + row hash + batch seq
-        value_bytes = 8 + right.row_codec.header_bytes
+        assert join.index("right").cf == right_cf
         # (c): retract the left side, then insert it again while the right side is full.
         retract = cust.append_column("_weight", pa.array(np.full(left_rows, -1, np.int64)))
         _timed_pushes(join, "left", retract.to_batches(max_chunksize=batch_rows))
         tc, nc, oc = _timed_pushes(join, "left", cust.to_batches(max_chunksize=batch_rows))
-        right_cf = right.cf
-    d = raw_writebatch_rate(
-        tmp / "raw", options, right_cf, right_rows, key_bytes, value_bytes, batch_rows
+    d_after = raw_writebatch_rate(
+        tmp / "raw1", options, right_cf, right_rows, key_bytes, value_bytes, batch_rows
     )
+    d = max(d_before, d_after)
     b = nb / tb
     return CoreResult(
         left_rows=left_rows, right_rows=right_rows, batch_rows=batch_rows,
         a_left_into_empty=na / ta, b_right_probe_left=b, b_output_rows_per_s=ob / tb,
         c_left_into_full_right=nc / tc, c_output_rows_per_s=oc / tc,
-        d_raw_writebatch=d, ratio_b_over_d=b / d, b_key_bytes=key_bytes,
+        d_raw_writebatch=d, d_raw_before=d_before, d_raw_after=d_after, ratio_b_over_d=b / d, b_key_bytes=key_bytes,
         b_value_bytes=value_bytes,
     )
 
@@ -140,7 +152,8 @@ def to_markdown(r: CoreResult) -> str:
         ("(c) left push into full right", f"{r.c_left_into_full_right:,.0f} rows/s",
          f"{r.c_output_rows_per_s:,.0f} output rows/s"),
         ("(d) raw WriteBatch puts, same sizes", f"{r.d_raw_writebatch:,.0f} rows/s",
-         f"{r.b_key_bytes:.0f} B keys, {r.b_value_bytes:.0f} B values"),
+         f"{r.b_key_bytes:.0f} B keys, {r.b_value_bytes:.0f} B values; best of "
+         f"{r.d_raw_before:,.0f} before / {r.d_raw_after:,.0f} after"),
         ("(b) / (d)", f"{r.ratio_b_over_d:.0%}", "target >= 50%"),
     ]
     lines = ["| measurement | rate | note |", "|---|---|---|"]

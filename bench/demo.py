@@ -1,0 +1,139 @@
+"""The demo: populate customer ⋈ sales, apply live changes, check the result with DuckDB.
+
+What it shows, end to end on one machine:
+
+1. population: customers (small side, unique key) then sales (big side) are pushed in
+   Arrow batches; the output deltas are the initial join result;
+2. live phase: a batch of customer updates (-old, +new) and a batch of sales deletes;
+3. correctness: the sum of every output delta equals DuckDB's join of the final inputs
+   (compared as multisets), and the store reopens with the same state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import joinstate
+from bench.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
+
+__all__ = ["main", "run_demo"]
+
+
+def _weighted(table: pa.Table, w: int) -> pa.Table:
+    return table.append_column("_weight", pa.array(np.full(table.num_rows, w, np.int64)))
+
+
+def _duckdb_mismatches(outputs: pa.Table, cust: pa.Table, sales: pa.Table) -> int:
+    """Rows in the symmetric difference of (integrated outputs) and (DuckDB's join)."""
+    import duckdb  # bench extra: the reference implementation
+
+    con = duckdb.connect()
+    con.register("outputs", outputs)
+    con.register("customer", cust)
+    con.register("store_sales", sales)
+    cols = ", ".join(f'"{c}"' for c in outputs.column_names if c != "_weight")
+    sql = f"""
+        WITH got AS (
+            SELECT {cols}, sum(_weight) AS w FROM outputs GROUP BY ALL HAVING sum(_weight) <> 0
+        ), want AS (
+            SELECT {cols}, count(*) AS w
+            FROM customer JOIN store_sales ON c_customer_sk = ss_customer_sk GROUP BY ALL
+        )
+        SELECT count(*) FROM ((SELECT * FROM got EXCEPT SELECT * FROM want)
+                              UNION ALL (SELECT * FROM want EXCEPT SELECT * FROM got))
+    """
+    row = con.execute(sql).fetchone()
+    con.close()
+    return int(row[0]) if row else -1
+
+
+def run_demo(state_dir: Path, n_customers: int, n_sales: int, batch_rows: int) -> int:
+    """Run the demo; returns 0 if the result matches DuckDB, 1 otherwise."""
+    shutil.rmtree(state_dir, ignore_errors=True)
+    cust = customers(n_customers)
+    sales = pa.Table.from_batches(list(sales_batches(n_sales, n_customers, batch_rows)))
+    outputs: list[pa.Table] = []
+    with joinstate.StateStore(state_dir) as store:
+        join = store.join(
+            "customer_sales",
+            left=joinstate.Side(CUSTOMER_SCHEMA, key=["c_customer_sk"],
+                                unique_key=["c_customer_sk"]),
+            right=joinstate.Side(SALES_SCHEMA, key=["ss_customer_sk"]),
+        )
+        t0 = time.perf_counter()
+        for b in cust.to_batches(max_chunksize=batch_rows):
+            outputs.append(join.push("left", b))
+        t1 = time.perf_counter()
+        for b in sales.to_batches(max_chunksize=batch_rows):
+            outputs.append(join.push("right", b))
+        t2 = time.perf_counter()
+        join.set_phase("live")
+        print(f"population: {n_customers:,} customers in {t1 - t0:.2f}s, "
+              f"{n_sales:,} sales in {t2 - t1:.2f}s ({n_sales / (t2 - t1):,.0f} rows/s), "
+              f"{sum(o.num_rows for o in outputs):,} output rows")
+
+        # Live phase: 1% of customers change their last name; 1% of sales are deleted.
+        rng = np.random.default_rng(42)
+        upd_idx = rng.choice(n_customers, max(1, n_customers // 100), replace=False)
+        old = cust.take(pa.array(upd_idx))
+        new = old.set_column(3, "c_last_name",
+                             pc.binary_join_element_wise(old["c_last_name"], "-renamed", ""))
+        t3 = time.perf_counter()
+        outputs.append(join.push("left", pa.concat_tables([_weighted(old, -1),
+                                                           _weighted(new, 1)])))
+        del_idx = rng.choice(n_sales, max(1, n_sales // 100), replace=False)
+        outputs.append(join.push("right", _weighted(sales.take(pa.array(del_idx)), -1)))
+        t4 = time.perf_counter()
+        keep = np.ones(n_customers, bool)
+        keep[upd_idx] = False
+        cust_final = pa.concat_tables([cust.filter(pa.array(keep)), new])
+        keep_s = np.ones(n_sales, bool)
+        keep_s[del_idx] = False
+        sales_final = sales.filter(pa.array(keep_s))
+        print(f"live: {len(upd_idx):,} customer updates and {len(del_idx):,} sales deletes "
+              f"in {t4 - t3:.2f}s")
+        stats = join.stats()
+        for side in ("left", "right"):
+            st = stats[side]
+            print(f"  {side:<5} layout={st['layout']:<4} rows={st['rows']:,} "
+                  f"distinct_keys={st['distinct_keys']:,} bytes={st['bytes']:,}")
+    with joinstate.StateStore(state_dir) as store:
+        join = store.join(
+            "customer_sales",
+            left=joinstate.Side(CUSTOMER_SCHEMA, key=["c_customer_sk"],
+                                unique_key=["c_customer_sk"]),
+            right=joinstate.Side(SALES_SCHEMA, key=["ss_customer_sk"]),
+        )
+        reopened_rows = join.state("right").num_rows
+    out = pa.concat_tables(outputs)
+    bad = _duckdb_mismatches(out, cust_final, sales_final)
+    ok = bad == 0 and reopened_rows == sales_final.num_rows
+    print(f"check: integrated output vs DuckDB join -> {bad} mismatching rows; "
+          f"state after reopen: {reopened_rows:,} sales rows -> {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench demo``."""
+    p = argparse.ArgumentParser(prog="python -m bench demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--customers", type=int, default=100_000)
+    p.add_argument("--sales", type=int, default=1_000_000)
+    p.add_argument("--batch-rows", type=int, default=65_536)
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="where the RocksDB state goes (default: a temp dir, removed after)")
+    a = p.parse_args(argv)
+    state = a.state_dir or Path(tempfile.mkdtemp(prefix="joinstate-demo-"))
+    try:
+        return run_demo(state, a.customers, a.sales, a.batch_rows)
+    finally:
+        if a.state_dir is None:
+            shutil.rmtree(state, ignore_errors=True)

@@ -1,0 +1,189 @@
+"""The actuator policies act through: per-column-family compaction switches and probes.
+
+It tracks which column families it disabled, so that :func:`guarded` can re-enable every
+one of them on every exit path (Kafka Streams' bulk-load bugs came from forgetting this).
+It never polls ``rocksdb.compaction-pending`` in a loop: that property never clears while
+auto-compaction is off (ROCKSDICT.md pitfall 11).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from joinstate import JoinStateError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from joinstate import StateStore
+
+__all__ = ["Action", "CompactionControl", "guarded"]
+
+log = logging.getLogger(__name__)
+
+SideName = Literal["left", "right"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing a policy did to RocksDB, for the report: when, what, where, why."""
+
+    t: float
+    action: Literal["disable", "enable", "compact", "flush"]
+    cf: str
+    reason: str
+    seconds: float = 0.0
+
+
+class CompactionControl:
+    """Compaction switches and probes over the column families of one join's sides.
+
+    ``side_cfs`` maps each side to its column families (index first, as
+    ``SideIndex.column_families()`` lists them).  Policies act on sides or on single
+    column families; every action is recorded in :attr:`actions`.
+    """
+
+    def __init__(self, store: StateStore, side_cfs: Mapping[str, Sequence[str]]) -> None:
+        for side in side_cfs:
+            if side not in ("left", "right"):
+                raise JoinStateError(f"side_cfs key {side!r} must be 'left' or 'right'")
+        self.store = store
+        self.side_cfs: dict[str, list[str]] = {s: list(c) for s, c in side_cfs.items()}
+        self.disabled: set[str] = set()
+        self.pinned: set[str] = set()
+        self.actions: list[Action] = []
+        self.small: SideName | None = None
+        self._t0 = time.perf_counter()
+
+    # ---- naming -----------------------------------------------------------------------
+
+    def cfs(self, side: str) -> list[str]:
+        """Return every column family of ``side`` (index, nulls, degrees)."""
+        try:
+            return self.side_cfs[side]
+        except KeyError:
+            raise JoinStateError(
+                f"side {side!r} is not controlled here (sides: {sorted(self.side_cfs)})"
+            ) from None
+
+    def data_cfs(self, side: str) -> list[str]:
+        """Return the column families holding ``side``'s rows (not its degree counters).
+
+        Degree families are read by the side's *own* writes (outer joins), so a policy
+        that stops compacting a write-only side leaves them alone.
+        """
+        return [c for c in self.cfs(side) if not c.endswith(".deg")]
+
+    def other(self, side: str) -> SideName:
+        """Return the opposite side."""
+        return "right" if side == "left" else "left"
+
+    # ---- actions ----------------------------------------------------------------------
+
+    def _record(self, action: Literal["disable", "enable", "compact", "flush"], cf: str,
+                reason: str, seconds: float = 0.0) -> None:
+        self.actions.append(Action(round(time.perf_counter() - self._t0, 4), action, cf, reason,
+                                   round(seconds, 4)))
+        log.debug("%s %s (%s) %.3fs", action, cf, reason, seconds)
+
+    def disable(self, cf: str, reason: str) -> None:
+        """Turn auto-compaction off for ``cf`` (remembered for :meth:`restore`).
+
+        A family the guard re-enabled is *pinned* and stays enabled: a guard trip is
+        irreversible for the rest of population.
+        """
+        if cf in self.disabled or cf in self.pinned:
+            return
+        self.store.cf(cf).set_options({"disable_auto_compactions": "true"})
+        self.disabled.add(cf)
+        self._record("disable", cf, reason)
+
+    def enable(self, cf: str, reason: str) -> None:
+        """Turn auto-compaction back on for ``cf``."""
+        self.store.cf(cf).set_options({"disable_auto_compactions": "false"})
+        self.disabled.discard(cf)
+        self._record("enable", cf, reason)
+
+    def pin(self, cf: str, reason: str) -> None:
+        """Re-enable ``cf`` if needed and keep it enabled until population ends."""
+        self.pinned.add(cf)
+        if cf in self.disabled:
+            self.enable(cf, reason)
+
+    def compact(self, cf: str, reason: str) -> float:
+        """Flush ``cf`` and compact its whole key range; returns the seconds it took.
+
+        ``compact_range`` releases the GIL and returns nothing (ROCKSDICT.md pitfall 12),
+        so success is judged afterwards from the L0 file count.
+        """
+        t = time.perf_counter()
+        h = self.store.cf(cf)
+        h.flush(True)
+        h.compact_range(None, None)
+        dt = time.perf_counter() - t
+        self._record("compact", cf, reason, dt)
+        return dt
+
+    def flush(self, cf: str, reason: str) -> None:
+        """Flush ``cf``'s memtables to L0 (used before compacting or when the WAL is off)."""
+        self.store.cf(cf).flush(True)
+        self._record("flush", cf, reason)
+
+    def restore(self, reason: str) -> list[str]:
+        """Re-enable auto-compaction on every column family this control disabled.
+
+        Tries every family even if one fails, then raises the first failure: leaving one
+        family disabled must not leave the others disabled too.
+        """
+        first: BaseException | None = None
+        done = []
+        for cf in sorted(self.disabled):
+            try:
+                self.enable(cf, reason)
+                done.append(cf)
+            except Exception as exc:  # rocksdict raises plain Exceptions
+                log.error("could not re-enable auto-compaction on %s: %s", cf, exc)
+                first = first or exc
+        if first is not None:
+            raise JoinStateError(
+                f"could not re-enable auto-compaction on {sorted(self.disabled)} in "
+                f"{self.store.path}: {first}; re-open the store to reset it"
+            ) from first
+        return done
+
+    # ---- probes -----------------------------------------------------------------------
+
+    def l0_files(self, cf: str) -> int:
+        """Count the L0 files of ``cf`` (0 if unavailable)."""
+        return self.store.property_int(cf, "rocksdb.num-files-at-level0") or 0
+
+    def pending_bytes(self, cf: str) -> int:
+        """Return RocksDB's estimate of bytes compaction would still have to rewrite in ``cf``."""
+        return self.store.property_int(cf, "rocksdb.estimate-pending-compaction-bytes") or 0
+
+
+@contextmanager
+def guarded(control: CompactionControl) -> Iterator[CompactionControl]:
+    """Run a block with the guarantee that every disabled family is re-enabled on exit.
+
+    The re-enable runs in a ``finally``: on a clean exit, on an exception from the block
+    (which then propagates unchanged), and on ``KeyboardInterrupt``.
+    """
+    failed = False
+    try:
+        yield control
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if control.disabled:
+            try:
+                control.restore("population over (guard)")
+            except JoinStateError:
+                # Already logged; never mask the block's own exception with ours.
+                if not failed:
+                    raise

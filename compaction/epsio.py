@@ -1,0 +1,56 @@
+"""The Epsio policy: compact the small side once it is complete, stop compacting the big one.
+
+Why it works (seed 001): after the small side is loaded it is only *read* (every big-side
+row probes it), so it should be one sorted run; the big side is from then on only
+*written* during population, so compacting it is work nobody benefits from until the
+live phase.  Compaction comes back on when population ends (the guard makes sure).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from compaction.policy import BatchWritten, PopulationEnded, SideFinished
+
+if TYPE_CHECKING:
+    from compaction.control import CompactionControl
+    from compaction.policy import Event
+
+__all__ = ["EpsioPolicy"]
+
+
+class EpsioPolicy:
+    """On the small side's *finished* event: compact it fully, then disable the big side.
+
+    If the small side is unknown when a side finishes (sizes were not given and not
+    counted), the first side to finish is taken as the small one: under interleaved
+    delivery that is what "small" means.  Deletes reaching the big side re-enable its
+    compaction (tombstones must be compacted away); so does population ending.
+    """
+
+    name = "epsio"
+
+    def __init__(self) -> None:
+        self.small_finished = False
+
+    def observe(self, event: Event, control: CompactionControl) -> None:
+        """Act on side-finished, big-side deletes and population end."""
+        if isinstance(event, SideFinished):
+            if self.small_finished:
+                return
+            if not event.small and control.small is not None:
+                return
+            self.small_finished = True
+            small = event.side
+            big = control.other(small)
+            for cf in control.cfs(small):
+                control.compact(cf, f"small side {small} finished")
+            for cf in control.data_cfs(big):
+                control.disable(cf, f"big side {big} is write-only from now on")
+        elif isinstance(event, BatchWritten):
+            if event.deletes and event.side != control.small:
+                for cf in control.data_cfs(event.side):
+                    if cf in control.disabled:
+                        control.enable(cf, f"{event.deletes} deletes reached {event.side}")
+        elif isinstance(event, PopulationEnded):
+            control.restore("population ended" + (" by failure" if event.failed else ""))

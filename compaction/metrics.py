@@ -1,0 +1,122 @@
+"""What RocksDB did: statistics counters, per-family properties and compaction switches.
+
+Statistics are DB-wide and cumulative (rocksdict exposes no per-CF statistics), so a
+caller that wants the work of one phase takes two snapshots and subtracts
+(:func:`counter_delta`).  Properties are per column family.  Whether auto-compaction is
+currently disabled is read from RocksDB's own latest ``OPTIONS-*`` file, which RocksDB
+rewrites on every ``SetOptions``: that is the ground truth a test can check, not our
+bookkeeping.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from joinstate import StateStore
+
+__all__ = [
+    "ACTIVITY_COUNTERS",
+    "CF_PROPERTIES",
+    "auto_compaction_flags",
+    "counter_delta",
+    "rocksdb_activity",
+    "statistics_counters",
+]
+
+ACTIVITY_COUNTERS = {
+    "compaction_read_bytes": "rocksdb.compact.read.bytes",
+    "compaction_write_bytes": "rocksdb.compact.write.bytes",
+    "compaction_micros": "rocksdb.compaction.times.micros.sum",
+    "compaction_cpu_micros": "rocksdb.compaction.times.cpu_micros.sum",
+    "compactions": "rocksdb.compaction.times.micros.count",
+    "flush_write_bytes": "rocksdb.flush.write.bytes",
+    "wal_bytes": "rocksdb.wal.bytes",
+    "memtable_bytes_written": "rocksdb.bytes.written",
+    "stall_micros": "rocksdb.stall.micros",
+    "write_stall_micros": "rocksdb.db.write.stall.sum",
+}
+"""Report name -> statistics name (histograms as ``<name>.sum`` / ``<name>.count``)."""
+
+CF_PROPERTIES = (
+    "num-files-at-level0", "num-files-at-level1", "total-sst-files-size",
+    "cur-size-all-mem-tables", "estimate-pending-compaction-bytes", "num-running-compactions",
+    "is-write-stopped", "actual-delayed-write-rate",
+)
+
+_TICKER = re.compile(r"^(\S+) COUNT : (\d+)$")
+_HISTO = re.compile(r"^(\S+) P50 .* COUNT : (\d+) SUM : (\d+)$")
+
+
+def statistics_counters(text: str | None) -> dict[str, int]:
+    """Parse RocksDB's statistics dump into ``{name: value}``.
+
+    Tickers keep their name; histograms give ``<name>.count`` and ``<name>.sum``.
+    """
+    out: dict[str, int] = {}
+    if not text:
+        return out
+    for line in text.splitlines():
+        line = line.strip()
+        m = _TICKER.match(line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+            continue
+        m = _HISTO.match(line)
+        if m:
+            out[m.group(1) + ".count"] = int(m.group(2))
+            out[m.group(1) + ".sum"] = int(m.group(3))
+    return out
+
+
+def counter_delta(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    """Return the activity counters (:data:`ACTIVITY_COUNTERS`) added between snapshots."""
+    return {
+        name: int(after.get(stat, 0)) - int(before.get(stat, 0))
+        for name, stat in ACTIVITY_COUNTERS.items()
+    }
+
+
+def auto_compaction_flags(store: StateStore) -> dict[str, bool]:
+    """``{column family: auto-compaction disabled?}`` from RocksDB's latest OPTIONS file."""
+    files = sorted(
+        Path(store.path).glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1] or 0)
+    )
+    if not files:
+        return {}
+    out: dict[str, bool] = {}
+    cf: str | None = None
+    for line in files[-1].read_text().splitlines():
+        line = line.strip()
+        if line.startswith("[CFOptions "):
+            cf = line[len('[CFOptions "'):-2]
+        elif line.startswith("["):
+            cf = None
+        elif cf is not None and line.startswith("disable_auto_compactions="):
+            out[cf] = line.split("=", 1)[1] == "true"
+    return out
+
+
+def rocksdb_activity(store: StateStore, cfs: Iterable[str] | None = None) -> dict[str, Any]:
+    """Summarise what RocksDB has done in ``store`` so far (cumulative since the store was opened).
+
+    ``{"db": {activity counters}, "cf": {name: {properties, "auto_compaction_disabled"}}}``;
+    ``cfs`` defaults to every column family.  Meant for ``join.stats()`` and reports.
+    """
+    counters = statistics_counters(store.statistics())
+    flags = auto_compaction_flags(store)
+    names = list(cfs) if cfs is not None else [c for c in store.column_families()
+                                                 if c != "default"]
+    per_cf: dict[str, Any] = {}
+    for cf in names:
+        props: dict[str, Any] = {p: store.property_int(cf, "rocksdb." + p) for p in CF_PROPERTIES}
+        props["auto_compaction_disabled"] = flags.get(cf)
+        per_cf[cf] = props
+    return {
+        "db": {name: counters.get(stat, 0) for name, stat in ACTIVITY_COUNTERS.items()},
+        "cf": per_cf,
+    }

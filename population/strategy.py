@@ -1,0 +1,159 @@
+"""Population strategies: which memtable, which compaction policy, which write path per side.
+
+A strategy is data (a frozen, validated dataclass) so that a report can say exactly what
+ran, and so that the planner can later build one from statistics.  The presets are the
+four the issue names; ``auto`` is resolved from the data by :func:`choose`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from population.errors import PopulationError
+
+__all__ = ["CompactionName", "Strategy", "choose", "preset"]
+
+CompactionName = Literal["rocksdb", "epsio", "bulk-load"]
+MemtableName = Literal["skiplist", "hash_skip_list", "hash_link_list", "vector"]
+SideName = Literal["left", "right"]
+PRESETS = ("symmetric", "asymmetric", "bulk")
+
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How one population runs.
+
+    ``small_side`` pins the small side (else the driver finds it from sizes or by
+    counting).  Memtables apply to each side's index column family and need an empty
+    family (RocksDB cannot change a memtable at run time).  ``bulk`` writes append-only
+    batches as sorted SST files that are ingested, in runs of up to ``bulk_run_rows``
+    rows.  ``wal=False`` turns the WAL off during population and flushes at the end.
+    ``big_write_buffer_size`` shrinks the big side's memtable at run time (small memtables
+    are cheaper to insert into when nothing reads them).  ``l0_limit`` and
+    ``pending_bytes_limit`` are the guard's thresholds.
+    """
+
+    name: str
+    compaction: CompactionName = "rocksdb"
+    small_side: SideName | None = None
+    small_memtable: MemtableName | None = None
+    big_memtable: MemtableName | None = None
+    bulk: bool = False
+    bulk_run_rows: int = 2_000_000
+    wal: bool | None = None
+    big_write_buffer_size: int | None = None
+    l0_limit: int = 100
+    pending_bytes_limit: int | None = None
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not isinstance(self.name, str) or not self.name:
+            problems.append(f"name={self.name!r} must be a non-empty string")
+        if self.compaction not in get_args(CompactionName):
+            problems.append(
+                f"compaction={self.compaction!r} must be one of {get_args(CompactionName)}"
+            )
+        if self.small_side not in (None, "left", "right"):
+            problems.append(f"small_side={self.small_side!r} must be 'left', 'right' or None")
+        for f in ("small_memtable", "big_memtable"):
+            v = getattr(self, f)
+            if v is not None and v not in get_args(MemtableName):
+                problems.append(f"{f}={v!r} must be one of {get_args(MemtableName)} or None")
+        if not isinstance(self.bulk_run_rows, int) or self.bulk_run_rows < 1:
+            problems.append(f"bulk_run_rows={self.bulk_run_rows!r} must be an int >= 1")
+        if self.big_write_buffer_size is not None and not (
+            _MIB <= self.big_write_buffer_size <= 4096 * _MIB
+        ):
+            problems.append(
+                f"big_write_buffer_size={self.big_write_buffer_size} must be 1 MiB..4 GiB"
+            )
+        if not isinstance(self.l0_limit, int) or self.l0_limit < 1:
+            problems.append(f"l0_limit={self.l0_limit!r} must be an int >= 1")
+        if self.pending_bytes_limit is not None and self.pending_bytes_limit < 1:
+            problems.append(f"pending_bytes_limit={self.pending_bytes_limit!r} must be >= 1")
+        if self.wal not in (None, True, False):
+            problems.append(f"wal={self.wal!r} must be a bool or None (store default)")
+        if problems:
+            raise PopulationError("invalid Strategy: " + "; ".join(problems))
+
+    def replace(self, **changes: Any) -> Strategy:
+        """Return a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description for reports."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def symmetric(cls) -> Strategy:
+        """Baseline: RocksDB defaults on both sides, auto-compaction on, one memtable type."""
+        return cls("symmetric", compaction="rocksdb")
+
+    @classmethod
+    def asymmetric(cls) -> Strategy:
+        """Epsio: compact the finished small side, stop compacting the big one.
+
+        Hash skip list for the small (probed) side's index, skip list for the big one.
+        """
+        return cls(
+            "asymmetric", compaction="epsio", small_memtable="hash_skip_list",
+            big_memtable="skiplist",
+        )
+
+    @classmethod
+    def bulk_load(cls) -> Strategy:
+        """Beyond Epsio: sorted SST files ingested, WAL off, no compaction during load."""
+        return cls(
+            "bulk", compaction="bulk-load", small_memtable="hash_skip_list",
+            big_memtable="skiplist", bulk=True, wal=False,
+        )
+
+
+def preset(name: str) -> Strategy:
+    """The preset strategy called ``name`` (``symmetric`` / ``asymmetric`` / ``bulk``)."""
+    if name == "symmetric":
+        return Strategy.symmetric()
+    if name == "asymmetric":
+        return Strategy.asymmetric()
+    if name == "bulk":
+        return Strategy.bulk_load()
+    raise PopulationError(
+        f"strategy={name!r} must be one of {(*PRESETS, 'auto')} or a population.Strategy"
+    )
+
+
+def choose(
+    sizes: dict[str, int | None], snapshot: dict[str, bool], append_only_big: bool
+) -> Strategy:
+    """The ``auto`` rule: a few thresholds on sizes, explained in ``Strategy.reason``.
+
+    * no size known or sides within 4x of each other: ``symmetric`` (no asymmetry to use);
+    * the big side is a whole snapshot of >= 1M rows whose index appends (bag layout):
+      ``bulk`` (sorted SST ingestion beats memtable inserts once there is enough of it);
+    * otherwise ``asymmetric``.
+    """
+    known = {s: n for s, n in sizes.items() if n is not None}
+    if len(known) < 2:
+        return Strategy.symmetric().replace(
+            reason="sizes unknown: no asymmetry to exploit, RocksDB defaults"
+        )
+    small = min(known, key=lambda s: (known[s], s))
+    big = "right" if small == "left" else "left"
+    ratio = known[big] / max(1, known[small])
+    if ratio < 4:
+        return Strategy.symmetric().replace(
+            reason=f"sides within 4x ({known[small]} vs {known[big]} rows): symmetric"
+        )
+    if snapshot.get(big) and append_only_big and known[big] >= 1_000_000:
+        return Strategy.bulk_load().replace(
+            reason=(f"{big} side is a {known[big]}-row snapshot, {ratio:.0f}x the {small} "
+                    "side, and append-only: sorted SST ingestion")
+        )
+    return Strategy.asymmetric().replace(
+        reason=f"{big} side is {ratio:.0f}x the {small} side: Epsio's asymmetric policy"
+    )
