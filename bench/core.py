@@ -20,9 +20,9 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +30,9 @@ import rocksdict as rd
 
 import joinstate
 from bench.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["CoreResult", "main", "run_core"]
 
@@ -138,7 +141,8 @@ def run_core(
         left_rows=left_rows, right_rows=right_rows, batch_rows=batch_rows,
         a_left_into_empty=na / ta, b_right_probe_left=b, b_output_rows_per_s=ob / tb,
         c_left_into_full_right=nc / tc, c_output_rows_per_s=oc / tc,
-        d_raw_writebatch=d, d_raw_before=d_before, d_raw_after=d_after, ratio_b_over_d=b / d, b_key_bytes=key_bytes,
+        d_raw_writebatch=d, d_raw_before=d_before, d_raw_after=d_after,
+        ratio_b_over_d=b / d, b_key_bytes=key_bytes,
         b_value_bytes=value_bytes,
     )
 

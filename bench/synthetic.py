@@ -7,10 +7,13 @@ dsdgen.  Everything is seeded: the same arguments give the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "CUSTOMER_SCHEMA",

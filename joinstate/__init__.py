@@ -41,6 +41,7 @@ __all__ = [
     "StateClosedError",
     "StateCorruptedError",
     "StateLockedError",
+    "StateStore",
     "StoreOptions",
     "UniqueKeyViolationError",
 ]

@@ -8,11 +8,15 @@ flat representation; :meth:`Bytes.to_list` is the single place that makes the ob
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["Bytes", "is_identity"]
 
@@ -101,7 +105,7 @@ class Bytes:
             w = self.width
             return [raw[i : i + w] for i in range(0, len(raw), w)] if w else [b""] * len(self)
         offs = self.offsets.tolist()
-        return [raw[a:b] for a, b in zip(offs[:-1], offs[1:], strict=True)]
+        return [raw[a:b] for a, b in itertools.pairwise(offs)]
 
     # ---- operations -------------------------------------------------------------------
 

@@ -26,7 +26,6 @@ anti join also keep a ``.deg`` column family: prefix + canon -> total weight.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +46,8 @@ from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash
 from joinstate.schema import conform_delta
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from joinstate.store import StateStore
 
 __all__ = ["Batch", "Op", "Ops", "ProbeCache", "SideIndex"]

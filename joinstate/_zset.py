@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from joinstate._bytes import Bytes
 from joinstate.errors import StateCorruptedError
+
+if TYPE_CHECKING:
+    from joinstate._bytes import Bytes
 
 __all__ = ["Groups", "expand", "group_rows", "group_u64", "sum_by"]
 
@@ -62,7 +66,8 @@ def group_rows(rh: Bytes, enc: Bytes) -> Groups:
     if len(groups) < n:
         dup = np.flatnonzero(groups.first[groups.inv] != np.arange(n))
         if not enc.take(dup).equals(enc.take(groups.first[groups.inv[dup]])).all():
-            raise StateCorruptedError("xxh3_128 collision between two different rows")
+            msg = "xxh3_128 collision between two different rows"
+            raise StateCorruptedError(msg)
     return groups
 
 

@@ -15,7 +15,6 @@ together or not at all, after validation.  The output is assembled with Arrow ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -32,6 +31,8 @@ from joinstate.side import Side
 from joinstate.store import META_CF
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from joinstate.store import StateStore
 
 __all__ = ["How", "Join", "Phase"]

@@ -21,8 +21,8 @@ keyspace (so hash memtables and prefix blooms work) and routes keys to shards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ import xxhash
 
 from joinstate._bytes import Bytes
 from joinstate.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["KeyCodec", "KeyColumn", "hash_prefix", "key_plan", "row_hash"]
 

@@ -38,7 +38,7 @@ def check_storable(schema: pa.Schema, side: str) -> None:
 def _storable(t: pa.DataType) -> bool:
     return bool(
         pa.types.is_integer(t)
-        or pa.types.is_floating(t) and not pa.types.is_float16(t)
+        or (pa.types.is_floating(t) and not pa.types.is_float16(t))
         or pa.types.is_boolean(t)
         or pa.types.is_string(t) or pa.types.is_large_string(t)
         or pa.types.is_binary(t) or pa.types.is_large_binary(t)

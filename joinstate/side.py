@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from joinstate.errors import SchemaMismatchError
 from joinstate.schema import check_storable
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["Side"]
 
@@ -37,7 +39,8 @@ class Side:
         key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
         object.__setattr__(self, "key", key)
         if not key:
-            raise SchemaMismatchError("Side.key must name at least one column")
+            msg = "Side.key must name at least one column"
+            raise SchemaMismatchError(msg)
         for c in key:
             if c not in self.schema.names:
                 raise SchemaMismatchError(
@@ -50,7 +53,8 @@ class Side:
         if self.unique_key is not None:
             uk = (self.unique_key,) if isinstance(self.unique_key, str) else tuple(self.unique_key)
             if not uk:
-                raise SchemaMismatchError("Side.unique_key must be None or name columns")
+                msg = "Side.unique_key must be None or name columns"
+                raise SchemaMismatchError(msg)
             for c in uk:
                 if c not in self.schema.names:
                     raise SchemaMismatchError(
@@ -67,6 +71,7 @@ class Side:
         return "key" if set(self.unique_key) <= set(self.key) else "unique"
 
     def validate_types(self, side: str) -> None:
+        """Raise if a column type cannot be stored (named after ``side`` in the message)."""
         check_storable(self.schema, side)
 
     def to_spec(self) -> dict[str, Any]:

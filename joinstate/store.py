@@ -17,7 +17,6 @@ import json
 import re
 import struct
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import rocksdict as rd
@@ -32,6 +31,8 @@ from joinstate.errors import (
 from joinstate.options import IndexOptions, StoreOptions
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from joinstate.join import How, Join
     from joinstate.side import Side
 
@@ -109,6 +110,7 @@ class StateStore:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
         return self._db is None
 
     def close(self) -> None:
@@ -244,10 +246,12 @@ class StateStore:
         self._meta_cache.update(values)
 
     def catalog_get(self, join: str) -> dict[str, Any] | None:
+        """The stored spec of join ``join``, or None if the store has no such join."""
         raw = self.cf(META_CF).get(b"join\x00" + join.encode())
         return None if raw is None else json.loads(raw)
 
     def catalog_put(self, join: str, spec: dict[str, Any]) -> None:
+        """Store the spec of join ``join`` in the catalog."""
         self.cf(META_CF).put(
             b"join\x00" + join.encode(), json.dumps(spec, sort_keys=True).encode(),
             self._write_options,

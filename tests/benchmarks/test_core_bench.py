@@ -8,12 +8,14 @@ issue's target, (b) >= 50% of (d).
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from bench.core import CoreResult, run_core, to_markdown
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.benchmark
 
