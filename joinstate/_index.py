@@ -275,15 +275,46 @@ class SideIndex:
         kg = group_keys(khash[nonnull], canon.take(nonnull))
         inv[nonnull] = kg.inv
         keys = Groups(inv, nonnull[kg.first])
-        if self.unique_key:
-            for c in self.unique_key:
-                col = table.column(c)
-                if col.null_count and c not in self.key:
-                    raise SchemaMismatchError(
-                        f"{self.side} side: unique key column {c!r} has NULLs; a unique key "
-                        "must be non-null"
-                    )
-        return Batch(table, w, enc, rh, canon, khash, null, keys)
+        batch = Batch(table, w, enc, rh, canon, khash, null, keys)
+        if self.layout == "unique":
+            self._check_unique_within(batch)
+        return batch
+
+    def _check_unique_within(self, batch: Batch) -> None:
+        """Reject a batch that inserts two rows (or 2 copies) with one unique key.
+
+        Stored rows are checked against the batch per join key in :meth:`stage` (that
+        read is needed anyway).  A row inserted under another join key than a stored row
+        with the same unique key is *not* detected across batches: that would need a
+        second index (unique key -> join key) and a read per inserted row, doubling the
+        write cost of this layout.  The join output stays correct (rows are stored under
+        distinct keys and counted as a bag); only the promise goes unchecked.
+        """
+        assert self.unique_codec is not None
+        assert self.unique_key is not None
+        for c in self.unique_key:
+            if batch.rows.column(c).null_count:
+                raise SchemaMismatchError(
+                    f"{self.side} side: unique key column {c!r} has NULLs; a unique key "
+                    "must be non-null"
+                )
+        ins = np.flatnonzero(batch.w > 0)
+        if not len(ins):
+            return
+        ucanon, _ = self.unique_codec.encode(batch.rows.take(pa.array(ins)))
+        groups = group_keys(hash_prefix(ucanon), ucanon)
+        twice = np.flatnonzero(batch.w[ins] > 1)
+        if len(groups) < len(ins) or len(twice):
+            if len(twice):
+                r = int(ins[twice[0]])
+            else:
+                dup = np.flatnonzero(groups.first[groups.inv] != np.arange(len(ins)))
+                r = int(ins[dup[0]])
+            raise UniqueKeyViolationError(
+                f"{self.side} side: the batch inserts more than one row with unique key "
+                f"{self.unique_key} = {self._describe_key(batch, r, self.unique_key)}; "
+                "nothing was applied"
+            )
 
     # ---- staging writes ---------------------------------------------------------------
 
@@ -337,39 +368,55 @@ class SideIndex:
         if len(dels):
             base_list = base.take(dels).to_list()
             enc_list = enc.take(dels).to_list()
-            cfo = self.store.cf(cf)
-            ro = rd.ReadOptions()
-            ro.set_total_order_seek(True)
-            it = cfo.iter(ro)
-            try:
-                for j, (b, e) in enumerate(zip(base_list, enc_list, strict=True)):
-                    total = 0
-                    it.seek(b)
-                    found: list[bytes] = []
-                    while it.valid():
-                        k = it.key()
-                        if not k.startswith(b):
-                            break
-                        v = it.value()
-                        if v[8:] != e:
-                            raise StateCorruptedError(
-                                f"{self.side} side: xxh3_128 collision or corrupt entry in {cf}"
-                            )
-                        total += _I64.unpack_from(v)[0]
-                        found.append(k)
-                        it.next()
-                    new_total = total + int(w[dels[j]])
-                    if new_total < 0:
-                        self._over_retraction(batch, rows[dels[j]], total, new_total)
-                    for k in found:
-                        ops.delete(cf, k)
-                    entries_delta -= len(found)
-                    if new_total > 0:
-                        ops.put(cf, b + seq_b, _I64.pack(new_total) + e)
-                        entries_delta += 1
-            finally:
-                del it
+            totals, found = self._bag_entries(cf, base_list, enc_list)
+            for j, (b, e) in enumerate(zip(base_list, enc_list, strict=True)):
+                new_total = totals[j] + int(w[dels[j]])
+                if new_total < 0:
+                    self._over_retraction(batch, rows[dels[j]], totals[j], new_total)
+                for k in found[j]:
+                    ops.delete(cf, k)
+                entries_delta -= len(found[j])
+                if new_total > 0:
+                    ops.put(cf, b + seq_b, _I64.pack(new_total) + e)
+                    entries_delta += 1
         return {"rows": int(w.sum()), "entries": entries_delta}
+
+    def _bag_entries(
+        self, cf: str, bases: list[bytes], encs: list[bytes]
+    ) -> tuple[list[int], list[list[bytes]]]:
+        """Sum and list the stored entries of each row (``base`` = key up to the row hash).
+
+        Returns plain values only: no RocksDB object may outlive this call, or an error
+        raised later and kept by the caller would pin the DB lock through its traceback.
+        """
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)
+        totals: list[int] = []
+        found: list[list[bytes]] = []
+        it = self.store.cf(cf).iter(ro)
+        try:
+            for b, e in zip(bases, encs, strict=True):
+                total = 0
+                keys: list[bytes] = []
+                it.seek(b)
+                while it.valid():
+                    k = it.key()
+                    if not k.startswith(b):
+                        break
+                    v = it.value()
+                    if v[8:] != e:
+                        totals.append(-1)
+                        found.append([])
+                        msg = f"{self.side} side: xxh3_128 collision or corrupt entry in {cf}"
+                        raise StateCorruptedError(msg)
+                    total += _I64.unpack_from(v)[0]
+                    keys.append(k)
+                    it.next()
+                totals.append(total)
+                found.append(keys)
+        finally:
+            del it
+        return totals, found
 
     def _stage_unique(
         self, batch: Batch, rows: np.ndarray, group_prefix: Bytes,
@@ -525,11 +572,10 @@ class SideIndex:
         if nq == 0:
             return Entries(self.schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int64))
         prefixes = Bytes.concat_rows([prefix_bytes(qhash), qcanon]).to_list()
-        cf = self.store.cf(self.cf)
         values: list[bytes] = []
         q: list[int] = []
         if self.layout == "key":
-            got = cf.get(prefixes)
+            got = self.store.cf(self.cf).get(prefixes)
             for i, v in enumerate(got):
                 if v is not None:
                     values.append(v)
@@ -537,7 +583,7 @@ class SideIndex:
         else:
             ro = rd.ReadOptions()
             ro.set_prefix_same_as_start(True)
-            it = cf.iter(ro)
+            it = self.store.cf(self.cf).iter(ro)
             try:
                 for i in sorted(range(nq), key=prefixes.__getitem__):
                     p = prefixes[i]

@@ -25,6 +25,12 @@ class Side:
     the storage layout (DESIGN.md §2): if the join key contains it, the side holds at most
     one row per join key and is probed by multi-get; otherwise rows are keyed by join key
     plus unique key.  Without it, rows are a bag (counts per distinct row).
+
+    What is enforced (:class:`~joinstate.errors.UniqueKeyViolationError`): two rows with
+    one unique key inside a batch, a second copy of a row, and a second row under the
+    same join key as a stored row.  Not enforced across batches: a new row whose unique
+    key is already stored under a *different* join key (checking that would cost an extra
+    index and a read per insert); the join output stays correct either way.
     """
 
     schema: pa.Schema
@@ -79,7 +85,9 @@ class Side:
         schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in self.schema])
         return {
             "schema": base64.b64encode(schema.serialize().to_pybytes()).decode(),
-            "columns": [f"{f.name}: {f.type}" for f in self.schema],
+            "columns": [
+                f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in self.schema
+            ],
             "key": list(self.key),
             "unique_key": None if self.unique_key is None else list(self.unique_key),
         }

@@ -168,21 +168,27 @@ class StateStore:
         side) does it here, before the first write.  Refuses a non-empty family.
         """
         db = self._require_open()
-        cf = self.cf(name)
-        it = cf.iter(rd.ReadOptions())
-        it.seek_to_first()
-        nonempty = it.valid()
-        del it
-        if nonempty:
+        if not self._is_empty(name):
             raise SchemaMismatchError(
                 f"column family {name!r} in {self.path} already holds data; its memtable can "
                 "only be chosen before the first write"
             )
-        del cf
         self._cfs.pop(name, None)
         self._handles.pop(name, None)
         db.drop_column_family(name)
         self._cfs[name] = db.create_column_family(name, self.cf_options(name, extra))
+
+    def _is_empty(self, name: str) -> bool:
+        # Total-order seek: with a prefix extractor and a hash memtable, a plain
+        # seek_to_first does not see unflushed rows (they would look absent).
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)
+        it = self.cf(name).iter(ro)
+        try:
+            it.seek_to_first()
+            return not it.valid()
+        finally:
+            del it
 
     def column_families(self) -> list[str]:
         """Names of every column family in the store."""

@@ -22,6 +22,7 @@ exactly and no precision is lost in a Python conversion.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from collections import Counter
 from decimal import Decimal
@@ -132,7 +133,8 @@ def _all_types() -> list[ColumnType]:
     out.append(ColumnType(pa.binary(), blob))
     out.append(ColumnType(pa.large_binary(), blob))
     out.append(ColumnType(pa.binary(3), st.binary(min_size=3, max_size=3)))
-    out.append(ColumnType(pa.date32(), _ints(-(2**31), 2**31 - 1), _viewed(pa.int32(), pa.date32())))
+    out.append(ColumnType(pa.date32(), _ints(-(2**31), 2**31 - 1),
+                          _viewed(pa.int32(), pa.date32())))
     out.append(ColumnType(pa.date64(), _ints(-(10**8), 10**8).map(lambda d: d * _DAY_MS),
                           _viewed(pa.int64(), pa.date64())))
     out.append(ColumnType(pa.time32("s"), _ints(0, 86_399), _viewed(pa.int32(), pa.time32("s"))))
@@ -247,7 +249,7 @@ def test_round_trip_every_type(ct: ColumnType, data: st.DataObject) -> None:
     assert_same_table(round_trip(edge), edge)
 
 
-@settings(SETTINGS, max_examples=150)
+@settings(SETTINGS, max_examples=100)
 @given(t=tables())
 def test_round_trip_random_column_mix(t: pa.Table) -> None:
     assert_same_table(round_trip(t), t)
@@ -300,14 +302,15 @@ def test_round_trip_sliced_and_chunked(t: pa.Table, data: st.DataObject) -> None
     start = data.draw(st.integers(0, n), label="start")
     length = data.draw(st.integers(0, n - start), label="length")
     sliced = t.slice(start, length)
-    assert all(c.chunk(0).offset == start for c in sliced.columns if c.num_chunks)
+    if length:
+        assert all(c.chunk(0).offset == start for c in sliced.columns)
     copy = fresh_copy(sliced)
     assert_same_table(round_trip(sliced), copy)
     assert encoded(sliced) == encoded(copy)
 
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4), label="cuts"))
     bounds = [0, *cuts, n]
-    chunked = pa.concat_tables([t.slice(a, b - a) for a, b in zip(bounds, bounds[1:])])
+    chunked = pa.concat_tables([t.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
     assert chunked.num_rows == n
     assert_same_table(round_trip(chunked), fresh_copy(t))
     assert encoded(chunked) == encoded(t)
@@ -342,11 +345,11 @@ def test_equal_rows_encode_to_equal_bytes(t: pa.Table, data: st.DataObject) -> N
 def test_garbage_under_null_slots_is_ignored(type_: pa.DataType, width: int) -> None:
     """A NULL encodes the same whatever bytes Arrow left under the slot."""
     validity = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little"))
-    garbage = pa.py_buffer(np.arange(1, 3 * width + 1, dtype=np.uint8))
-    zeros = pa.py_buffer(np.where(np.arange(3 * width) // width == 1, 0,
-                                  np.arange(1, 3 * width + 1)).astype(np.uint8))
-    dirty = pa.Array.from_buffers(type_, 3, [validity, garbage])
-    clean = pa.Array.from_buffers(type_, 3, [validity, zeros])
+    mat = np.zeros((3, width), dtype=np.uint8)
+    mat[0, 0], mat[2, 0] = 1, 3  # small valid values: fit any precision
+    clean = pa.Array.from_buffers(type_, 3, [validity, pa.py_buffer(mat.copy())])
+    mat[1, :] = 0x5A  # garbage under the NULL slot
+    dirty = pa.Array.from_buffers(type_, 3, [validity, pa.py_buffer(mat)])
     assert dirty.is_null().to_pylist() == [False, True, False]
     assert encoded(pa.table({"c": dirty})) == encoded(pa.table({"c": clean}))
     assert_same_table(round_trip(pa.table({"c": dirty})), pa.table({"c": clean}))
@@ -384,7 +387,7 @@ def test_null_differs_from_zero_and_empty(type_: pa.DataType, zero: Any) -> None
     assert enc[0] != enc[1]
     back = round_trip(t)
     assert back.column("a").is_null().to_pylist() == [True, False]
-    assert back.column("b").to_pylist() == [None, zero]
+    assert canonical_column(back.column("b")) == canonical_column(pa.array([None, zero], type_))
     # A NULL in one column only differs from the same row with the other column NULL.
     mixed = pa.table({"a": pa.array([None, zero], type_), "b": pa.array([zero, None], type_)})
     m = encoded(mixed)
@@ -461,7 +464,7 @@ def store_deltas(draw: st.DrawFn, layout: str) -> tuple[pa.Table, list[int], pa.
 
 
 @pytest.mark.parametrize("layout", ["bag", "key", "unique"])
-@settings(SETTINGS, max_examples=20)
+@settings(SETTINGS, max_examples=12)
 @given(data=st.data())
 def test_store_state_round_trips_every_type(layout: str, data: st.DataObject) -> None:
     """Rows pushed through a real store come back from ``state`` exactly, consolidated."""
