@@ -21,7 +21,7 @@ from joinstate.errors import (
     StateLockedError,
     UniqueKeyViolationError,
 )
-from joinstate.join import How, Join
+from joinstate.join import How, Join, output_schema
 from joinstate.options import IndexOptions, StoreOptions
 from joinstate.schema import WEIGHT
 from joinstate.side import Side
@@ -44,6 +44,7 @@ __all__ = [
     "StateStore",
     "StoreOptions",
     "UniqueKeyViolationError",
+    "output_schema",
 ]
 
 __version__ = "0.1.0"

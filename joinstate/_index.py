@@ -560,10 +560,7 @@ class SideIndex:
         if self.cache is None and nq:
             entries = max(self.entries, 0)
             known = self._known_keys()
-            if known:
-                per_key = entries / known
-            else:
-                per_key = self._rows_per_key_seen or 1.0
+            per_key = entries / known if known else self._rows_per_key_seen or 1.0
             if self.layout == "key":
                 point = nq * COST_GET_US
             else:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from joinstate.store import StateStore
 
-__all__ = ["How", "Join", "Phase"]
+__all__ = ["How", "Join", "Phase", "output_schema"]
 
 How = Literal["inner", "left", "right", "full", "left_semi", "left_anti"]
 Phase = Literal["population", "live"]
@@ -132,23 +132,7 @@ class Join:
     # ---- output schema ----------------------------------------------------------------
 
     def _output_schema(self) -> pa.Schema:
-        lnames = self.left_side.schema.names
-        if self.how in ("left_semi", "left_anti"):
-            fields = [pa.field(f.name, f.type) for f in self.left_side.schema]
-            return pa.schema([*fields, pa.field(WEIGHT, pa.int64(), nullable=False)])
-        rnames = self.right_side.schema.names
-        both = set(lnames) & set(rnames)
-        lout = [n + self.suffixes[0] if n in both else n for n in lnames]
-        rout = [n + self.suffixes[1] if n in both else n for n in rnames]
-        names = lout + rout
-        if len(set(names)) != len(names) or WEIGHT in names:
-            raise SchemaMismatchError(
-                f"output column names collide after applying suffixes {self.suffixes}: "
-                f"{names}; choose other suffixes"
-            )
-        fields = [pa.field(n, f.type) for n, f in zip(lout, self.left_side.schema, strict=True)]
-        fields += [pa.field(n, f.type) for n, f in zip(rout, self.right_side.schema, strict=True)]
-        return pa.schema([*fields, pa.field(WEIGHT, pa.int64(), nullable=False)])
+        return output_schema(self.left_side, self.right_side, self.how, self.suffixes)
 
     def _assemble(
         self, left: pa.Table | None, right: pa.Table | None, w: np.ndarray
@@ -284,6 +268,12 @@ class Join:
             raise SchemaMismatchError(f"phase={phase!r} must be 'population' or 'live'")
         store = self._require_store()
         store.cf(META_CF).put(b"phase\x00" + self.name.encode(), phase.encode())
+
+    def rows(self, side: Literal["left", "right"]) -> int:
+        """Total multiplicity stored on ``side`` (NULL-key rows included); O(1)."""
+        self._require_store()
+        idx = self._sides(side)[0]
+        return idx.stat(idx.cf, "rows") + idx.stat(idx.cf_nulls, "rows")
 
     def index(self, side: Literal["left", "right"]) -> SideIndex:
         """The storage of one side: column-family names, layout, counters (for drivers)."""
@@ -444,7 +434,7 @@ class Join:
                     p["cur-size-all-mem-tables"] or 0)
             out[label] = {
                 "layout": idx.layout,
-                "rows": idx.stat(idx.cf, "rows") + idx.stat(idx.cf_nulls, "rows"),
+                "rows": self.rows(label),  # type: ignore[arg-type]
                 "null_key_rows": idx.stat(idx.cf_nulls, "rows"),
                 "entries": idx.entries,
                 "distinct_keys": keys,
@@ -460,6 +450,33 @@ _PROPERTIES = (
     "live-sst-files-size", "cur-size-all-mem-tables", "estimate-pending-compaction-bytes",
     "compaction-pending", "num-running-compactions", "estimate-live-data-size",
 )
+
+
+def output_schema(
+    left: Side, right: Side, how: str = "inner", suffixes: tuple[str, str] = ("", "_right")
+) -> pa.Schema:
+    """The schema of a join's output deltas, without creating a store.
+
+    Left columns, then right columns (names colliding with a left name get
+    ``suffixes``), then ``_weight``; semi and anti joins output left columns only.
+    """
+    lnames = left.schema.names
+    if how in ("left_semi", "left_anti"):
+        fields = [pa.field(f.name, f.type) for f in left.schema]
+        return pa.schema([*fields, pa.field(WEIGHT, pa.int64(), nullable=False)])
+    rnames = right.schema.names
+    both = set(lnames) & set(rnames)
+    lout = [n + suffixes[0] if n in both else n for n in lnames]
+    rout = [n + suffixes[1] if n in both else n for n in rnames]
+    names = lout + rout
+    if len(set(names)) != len(names) or WEIGHT in names:
+        raise SchemaMismatchError(
+            f"output column names collide after applying suffixes {suffixes}: "
+            f"{names}; choose other suffixes"
+        )
+    fields = [pa.field(n, f.type) for n, f in zip(lout, left.schema, strict=True)]
+    fields += [pa.field(n, f.type) for n, f in zip(rout, right.schema, strict=True)]
+    return pa.schema([*fields, pa.field(WEIGHT, pa.int64(), nullable=False)])
 
 
 def _ipc_write(table: pa.Table) -> bytes:

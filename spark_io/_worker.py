@@ -1,0 +1,441 @@
+"""Executor-side work: open a shard, apply its rows, write its output, report.
+
+Everything here runs inside ``mapInArrow`` tasks on executors; the driver only builds
+the task objects (small, picklable: the :class:`~spark_io.manifest.Manifest`, paths, an
+operation id) and collects the report rows they yield.
+
+Lifecycle of a task, whatever the operation:
+
+1. It receives the Arrow batches of one Spark partition.  After :func:`spark_io.routing.route`
+   that is exactly one shard; if a partition ever held several, they are processed one
+   after the other (the first streams, the others are buffered), never two at once.
+2. For each shard it opens the shard's :class:`joinstate.StateStore` in a ``with``
+   block, so the RocksDB directory is closed when the shard is done, when the task
+   fails, and when Spark stops the task.  Opening a shard another task or process
+   holds raises :class:`~spark_io.errors.ShardBusyError` (RocksDB's LOCK is the
+   guard: at most one writer per shard, ever).
+3. It writes the shard's output rows to one Parquet file: first under a hidden
+   temporary name, renamed into place only once complete, so readers never see a
+   partial file and a failed attempt leaves nothing behind but a dot-file.
+4. It yields one report row per shard (:data:`spark_io.report.REPORT_SCHEMA`).
+
+What survives a task retry (or the same operation run again):
+
+* ``apply`` and the streaming sink push each shard's whole input as **one** WriteBatch
+  carrying the operation's commit id, with the output recorded in that same batch.  A
+  retried task finds the id committed, applies nothing, and rewrites the Parquet file
+  from the recorded output: exactly-once state, identical output.
+* ``populate`` is a one-shot bulk load (many WriteBatches, SST ingestion).  Each side
+  is marked loaded per shard when it finishes; a retried task finds the side loaded
+  (or half loaded, with rows but no mark) and raises
+  :class:`~spark_io.errors.PopulationStateError` rather than loading anything twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from joinstate import IndexOptions, Join, StateLockedError, StateStore, StoreOptions
+from spark_io.errors import PopulationStateError, ShardBusyError
+from spark_io.manifest import Manifest, shard_path
+from spark_io.routing import SHARD
+from spark_io.types import conform_batch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+__all__ = [
+    "ApplyTask",
+    "ControlTask",
+    "PopulateTask",
+    "StateTask",
+    "open_shard",
+    "options_from_dict",
+    "options_to_dict",
+    "populate_shard",
+]
+
+Side = Literal["left", "right"]
+
+
+# ---- store options travel as plain dicts (MappingProxyType does not pickle) ---------------
+
+def options_to_dict(options: StoreOptions | None) -> dict[str, Any] | None:
+    """``options`` as picklable keyword arguments of :class:`StoreOptions`."""
+    if options is None:
+        return None
+    kw = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    kw["index_overrides"] = {
+        k: dataclasses.asdict(v) for k, v in options.index_overrides.items()
+    }
+    return kw
+
+
+def options_from_dict(kw: dict[str, Any] | None) -> StoreOptions | None:
+    """The inverse of :func:`options_to_dict`."""
+    if kw is None:
+        return None
+    kw = dict(kw)
+    kw["index_overrides"] = {k: IndexOptions(**v) for k, v in kw["index_overrides"].items()}
+    return StoreOptions(**kw)
+
+
+# ---- shards ---------------------------------------------------------------------------------
+
+@contextmanager
+def open_shard(
+    manifest: Manifest, state_dir: str, shard: int, options: StoreOptions | None = None
+) -> Iterator[Join]:
+    """The join in shard ``shard``'s store, open for the ``with`` block and closed after."""
+    path = shard_path(state_dir, shard)
+    try:
+        store = StateStore(path, options)
+    except StateLockedError as exc:
+        raise ShardBusyError(
+            f"shard {shard} of join {manifest.name!r} ({path}) is already open in another "
+            "task or process; joinstate allows one writer per shard: run one SparkJoin "
+            "operation at a time per state_dir, keep spark.speculation off, and close "
+            f"stores opened outside Spark. Cause: {exc}"
+        ) from exc
+    with store:
+        yield manifest.join(store)
+
+
+def side_rows(join: Join, side: Side) -> int:
+    """Rows (NULL-key rows included) currently stored on ``side``, from counters."""
+    return join.rows(side)
+
+
+def _split(batch: pa.RecordBatch) -> list[tuple[int, pa.Table]]:
+    """``batch`` cut by its ``_shard`` column (usually a single piece), that column dropped."""
+    if batch.num_rows == 0:
+        return []
+    table = pa.Table.from_batches([batch])
+    shards = np.asarray(table.column(SHARD).to_numpy(), dtype=np.int64)
+    table = table.drop_columns([SHARD])
+    if (shards == shards[0]).all():
+        return [(int(shards[0]), table)]
+    return [
+        (int(s), table.filter(pa.array(shards == s)))
+        for s in np.unique(shards).tolist()
+    ]
+
+
+def by_shard(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Iterator[pa.Table]]]:
+    """Group a partition's batches by shard, one shard at a time.
+
+    The first shard's pieces stream (bounded memory); pieces of any other shard met on
+    the way are buffered and handed out after it.  Each inner iterator must be consumed
+    before the next group is requested.
+    """
+    it = iter(batches)
+    pending: dict[int, list[pa.Table]] = {}
+    first: tuple[int, pa.Table] | None = None
+    for batch in it:
+        pieces = _split(batch)
+        if pieces:
+            first = pieces[0]
+            for s, t in pieces[1:]:
+                pending.setdefault(s, []).append(t)
+            break
+    if first is None:
+        return
+    current, head = first
+
+    def stream() -> Iterator[pa.Table]:
+        yield head
+        for batch in it:
+            for s, t in _split(batch):
+                if s == current:
+                    yield t
+                else:
+                    pending.setdefault(s, []).append(t)
+        for t in pending.pop(current, []):
+            yield t
+
+    yield current, stream()
+    for s in sorted(pending):
+        yield s, iter(pending.pop(s))
+
+
+class _ParquetOut:
+    """Output rows of one shard to ``path``: hidden temporary file, renamed when complete."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        if self.writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(str(self.tmp), table.schema)
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+    def commit(self) -> None:
+        """Publish the file (or remove a stale one if this attempt produced no rows)."""
+        if self.writer is None:
+            self.path.unlink(missing_ok=True)
+            return
+        self.writer.close()
+        self.writer = None
+        self.tmp.replace(self.path)
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def parquet_out(path: Path) -> Iterator[_ParquetOut]:
+    """A :class:`_ParquetOut` committed on a clean exit and removed otherwise."""
+    out = _ParquetOut(path)
+    try:
+        yield out
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+
+
+def _report(shard: int, side: str, rows_in: int, rows_out: int, seconds: float,
+            replayed: bool = False, detail: dict[str, Any] | None = None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"shard": shard, "side": side, "rows_in": rows_in, "rows_out": rows_out,
+          "seconds": seconds, "replayed": replayed,
+          "detail": json.dumps(detail or {}, default=str)}],
+        schema=pa.schema([
+            pa.field("shard", pa.int32(), False), pa.field("side", pa.string(), False),
+            pa.field("rows_in", pa.int64(), False), pa.field("rows_out", pa.int64(), False),
+            pa.field("seconds", pa.float64(), False), pa.field("replayed", pa.bool_(), False),
+            pa.field("detail", pa.string(), False),
+        ]),
+    )
+
+
+# ---- population: the one place that decides how a shard is loaded --------------------------
+
+def _population_backend() -> Callable[..., Any] | None:
+    """``population.populate`` if the package is importable and has it, else ``None``."""
+    try:
+        import population
+    except ImportError:
+        return None
+    fn = getattr(population, "populate", None)
+    return fn if callable(fn) else None
+
+
+def populate_shard(
+    join: Join, side: Side, batches: Iterator[pa.Table], *, strategy: str,
+    sizes: dict[str, int] | None, sink: Callable[[pa.Table], Any],
+) -> dict[str, Any]:
+    """Load ``batches`` into ``side`` of one shard's join; output deltas go to ``sink``.
+
+    With the ``population`` package, its driver runs with the other side empty (that
+    side is loaded, or will be, by the other job) and the join's strategy; without it,
+    each batch is a plain ``join.push``.  Returns a JSON-able report.  The caller owns
+    the join's phase.
+    """
+    populate = _population_backend()
+    other: Side = "right" if side == "left" else "left"
+    if populate is not None:
+        kwargs: dict[str, Any] = {side: batches, other: [], "strategy": strategy,
+                                  "order": "small-first", "sink": sink, "progress": False}
+        params = inspect.signature(populate).parameters
+        if sizes is not None and "sizes" in params:
+            kwargs["sizes"] = sizes
+        report = populate(join, **kwargs)
+        detail = report.to_dict() if hasattr(report, "to_dict") else {"report": str(report)}
+        return {"driver": "population", **detail}
+    t0 = time.perf_counter()
+    rows = batches_n = out_rows = 0
+    for table in batches:
+        out = join.push(side, table)
+        rows += table.num_rows
+        batches_n += 1
+        if out.num_rows:
+            out_rows += out.num_rows
+            sink(out)
+    return {"driver": "push", "strategy": "push (population package unavailable)",
+            "rows": rows, "batches": batches_n, "output_rows": out_rows,
+            "wall_seconds": round(time.perf_counter() - t0, 4)}
+
+
+# ---- tasks ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _ShardTask:
+    manifest: Manifest
+    state_dir: str
+    options: dict[str, Any] | None
+
+    def open(self, shard: int) -> Any:
+        return open_shard(self.manifest, self.state_dir, shard, options_from_dict(self.options))
+
+    def conformed(self, side: Side, pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        schema = self.manifest.side(side).schema
+        for t in pieces:
+            yield conform_batch(t, schema)
+
+
+@dataclass(frozen=True)
+class PopulateTask(_ShardTask):
+    """Load one side of every shard this task receives (population job 1 or 2).
+
+    ``final`` is true for the second job: the shard goes live when it is done.
+    """
+
+    side: Side = "left"
+    output_dir: str = ""
+    strategy: str = "auto"
+    sizes: dict[str, int] | None = None
+    final: bool = False
+
+    @property
+    def marker(self) -> str:
+        return f"spark-populate:{self.side}"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for shard, pieces in by_shard(batches):
+            t0 = time.perf_counter()
+            with self.open(shard) as join:
+                self._check_fresh(join, shard)
+                path = Path(self.output_dir) / f"{self.side}-shard-{shard:05d}.parquet"
+                counted = _Counted(self.conformed(self.side, pieces))
+                with parquet_out(path) as out:
+                    detail = populate_shard(join, self.side, iter(counted),
+                                            strategy=self.strategy, sizes=self.sizes,
+                                            sink=out.write)
+                # Mark this side loaded (an empty push: just the commit id, one WriteBatch).
+                join.push(self.side, self.manifest.side(self.side).schema.empty_table(),
+                          commit_id=self.marker)
+                join.set_phase("live" if self.final else "population")
+            yield _report(shard, self.side, counted.rows, out.rows,
+                          time.perf_counter() - t0, detail=detail)
+
+    def _check_fresh(self, join: Join, shard: int) -> None:
+        where = f"shard {shard} of join {join.name!r} in {self.state_dir}"
+        if join.committed(self.marker):
+            raise PopulationStateError(
+                f"{where}: the {self.side} side is already populated (populate() ran before, "
+                "or Spark retried a task that had finished); population loads a shard "
+                "once: use apply() for changes, or a new state_dir to repopulate"
+            )
+        if side_rows(join, self.side):
+            raise PopulationStateError(
+                f"{where}: the {self.side} side holds rows but was never marked populated: "
+                "an earlier population task failed midway (or apply() ran before "
+                "populate()); delete the state_dir and populate again"
+            )
+
+
+class _Counted:
+    """An iterator of tables that counts the rows it hands out."""
+
+    def __init__(self, tables: Iterator[pa.Table]) -> None:
+        self.tables = tables
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        for t in self.tables:
+            self.rows += t.num_rows
+            yield t
+
+
+@dataclass(frozen=True)
+class ApplyTask(_ShardTask):
+    """Apply one change set (or micro-batch) to ``side``, exactly once per shard.
+
+    ``commit_id`` is committed with each shard's change and output in one WriteBatch.
+    ``forget`` (a commit-id prefix, ``retain``) drops older ids of the same stream after
+    a successful push, so recorded outputs do not accumulate.
+    """
+
+    side: Side = "left"
+    output_dir: str = ""
+    commit_id: str = ""
+    forget_prefix: str | None = None
+    keep_after: int | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for shard, pieces in by_shard(batches):
+            t0 = time.perf_counter()
+            tables = list(self.conformed(self.side, pieces))
+            delta = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            with self.open(shard) as join:
+                replayed = join.committed(self.commit_id)
+                out = join.push(self.side, delta, commit_id=self.commit_id)
+                if self.forget_prefix is not None and self.keep_after is not None:
+                    join.forget_commits(keep=self._keep)
+            with parquet_out(Path(self.output_dir) / f"part-shard-{shard:05d}.parquet") as f:
+                f.write(out)
+            yield _report(shard, self.side, delta.num_rows, out.num_rows,
+                          time.perf_counter() - t0, replayed=replayed)
+
+    def _keep(self, commit_id: str) -> bool:
+        prefix = self.forget_prefix
+        if prefix is None or self.keep_after is None or not commit_id.startswith(prefix):
+            return True
+        try:
+            return int(commit_id[len(prefix):]) >= self.keep_after
+        except ValueError:
+            return True
+
+
+@dataclass(frozen=True)
+class ControlTask(_ShardTask):
+    """Visit shards by number (input: a ``spark.range`` column ``id``), one at a time.
+
+    ``go_live`` sets each shard's phase to live (creating shards no row reached);
+    every visit reports the shard's row counters and phase.
+    """
+
+    go_live: bool = False
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for shard in batch.column(0).to_pylist():
+                t0 = time.perf_counter()
+                with self.open(int(shard)) as join:
+                    if self.go_live:
+                        join.set_phase("live")
+                    detail = {"phase": join.phase, "left_rows": side_rows(join, "left"),
+                              "right_rows": side_rows(join, "right")}
+                yield _report(int(shard), "both", 0, 0, time.perf_counter() - t0,
+                              detail=detail)
+
+
+@dataclass(frozen=True)
+class StateTask(_ShardTask):
+    """Yield the consolidated state of ``side`` of each shard (read-only, but locks it)."""
+
+    side: Side = "left"
+    schema: pa.Schema | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for shard in batch.column(0).to_pylist():
+                with self.open(int(shard)) as join:
+                    state = join.state(self.side)
+                if self.schema is not None:
+                    state = state.select(self.schema.names).cast(self.schema)
+                yield from state.to_batches()
+

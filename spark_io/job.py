@@ -1,0 +1,396 @@
+"""The driver's face: :class:`SparkJoin` plans Spark jobs over the shards of one join.
+
+Where things run:
+
+* **Driver** (this module): validates schemas, writes the manifest, routes DataFrames
+  (:func:`spark_io.routing.route`), runs one Spark job per step, collects per-shard
+  report rows, and returns the output as a DataFrame over Parquet files.  The driver
+  never opens a shard's RocksDB itself.
+* **Executors** (:mod:`spark_io._worker`): one ``mapInArrow`` task per shard opens the
+  shard, applies its rows, writes its output file, and reports.
+
+Exactly-once evaluation.  :meth:`SparkJoin.populate` and :meth:`SparkJoin.apply` are
+**eager**: the Spark jobs run when the method is called, each output row is written
+once to Parquet under ``<state_dir>/_spark/outputs/<operation>/``, and the returned
+DataFrame is a lazily evaluated ``spark.read.parquet`` of those files.  Evaluating it
+any number of times (``count()``, ``show()``, ``collect()``) reads the same rows and
+never touches the state.  Eagerness is deliberate: a lazily applied change would be
+applied in whatever order actions happen to run, and a change DataFrame over a growing
+source could differ between evaluations.  Within a job, task retries are covered by
+commit ids (``apply``, the streaming sink) or refused (``populate``); see
+:mod:`spark_io._worker`.  ``apply(..., op_id=...)`` with an id used before returns the
+recorded output instead of applying again, which makes a driver-side retry safe too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from joinstate import Side, StoreOptions, output_schema
+from joinstate.errors import SchemaMismatchError
+from joinstate.keys import key_plan
+from joinstate.schema import WEIGHT, is_value_castable
+from spark_io._worker import (
+    ApplyTask,
+    ControlTask,
+    PopulateTask,
+    StateTask,
+    options_to_dict,
+)
+from spark_io.errors import PopulationStateError, SparkIOError, translate_task_error
+from spark_io.manifest import Manifest, manifest_path
+from spark_io.report import REPORT_SCHEMA, JobReport, ShardReport, SparkReport
+from spark_io.routing import route
+from spark_io.types import arrow_schema, arrow_type, spark_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SparkJoin"]
+
+log = logging.getLogger(__name__)
+
+SideName = Literal["left", "right"]
+_SIDES: tuple[SideName, SideName] = ("left", "right")
+
+
+def _operation_id(kind: str) -> str:
+    return f"{kind}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+def _side_of(df: DataFrame, key: Sequence[str], unique_key: Sequence[str] | None,
+             label: str) -> Side:
+    fields = [f for f in df.schema.fields if f.name != WEIGHT]
+    try:
+        schema = arrow_schema(T.StructType(fields))
+    except SchemaMismatchError as exc:
+        raise SchemaMismatchError(f"{label} side: {exc}") from exc
+    return Side(schema, key=list(key), unique_key=None if unique_key is None else list(unique_key))
+
+
+def _output_schema(manifest: Manifest) -> pa.Schema:
+    """The join's output schema, by the core's own rules (validates key types too)."""
+    key_plan(manifest.left.schema, manifest.left.key, manifest.right.schema, manifest.right.key)
+    return output_schema(manifest.left, manifest.right, manifest.how, manifest.suffixes)
+
+
+class SparkJoin:
+    """A join whose state is sharded over RocksDB directories and driven from Spark.
+
+    ``SparkJoin(spark, name, left=df, right=df, left_key=..., right_key=..., how=...,
+    state_dir=..., shards=...)`` creates the join (or re-attaches to the same spec in
+    ``state_dir``); :meth:`open` re-attaches from the manifest alone.  The object lives
+    on the driver and is not thread-safe; run one operation at a time per ``state_dir``.
+    """
+
+    def __init__(
+        self, spark: SparkSession, name: str, *, left: DataFrame, right: DataFrame,
+        left_key: Sequence[str], right_key: Sequence[str], how: str = "inner",
+        state_dir: str | Path, shards: int = 8,
+        left_unique_key: Sequence[str] | None = None,
+        right_unique_key: Sequence[str] | None = None,
+        suffixes: tuple[str, str] = ("", "_right"),
+        options: StoreOptions | None = None,
+    ) -> None:
+        manifest = Manifest(
+            name=name, shards=shards, how=how, suffixes=(suffixes[0], suffixes[1]),
+            left=_side_of(left, left_key, left_unique_key, "left"),
+            right=_side_of(right, right_key, right_unique_key, "right"),
+        )
+        state = Path(state_dir).resolve()
+        out_schema = _output_schema(manifest)  # validates the spec with the core's rules
+        if manifest_path(state, name).exists():
+            stored = Manifest.read(state, name)
+            stored.check_same(manifest, state)
+            manifest = stored
+        else:
+            manifest.write(state)
+        self._attach(spark, manifest, state, options, out_schema)
+        self._snapshots: dict[str, DataFrame] | None = {"left": left, "right": right}
+
+    @classmethod
+    def open(cls, spark: SparkSession, name: str, state_dir: str | Path,
+             options: StoreOptions | None = None) -> SparkJoin:
+        """Re-attach to join ``name`` in ``state_dir``.
+
+        Shards, keys, schemas and ``how`` come from its manifest, so rows route exactly
+        as before.
+        """
+        state = Path(state_dir).resolve()
+        manifest = Manifest.read(state, name)
+        job = cls.__new__(cls)
+        job._attach(spark, manifest, state, options, _output_schema(manifest))
+        job._snapshots = None
+        return job
+
+    def _attach(self, spark: SparkSession, manifest: Manifest, state_dir: Path,
+                options: StoreOptions | None, out_schema: pa.Schema) -> None:
+        self.spark = spark
+        self.manifest = manifest
+        self.state_dir = state_dir
+        self.options = options
+        self.arrow_output_schema = out_schema
+        self.output_schema: T.StructType = spark_schema(out_schema)
+        self.last_report: SparkReport | None = None
+
+    # ---- facts ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The join's name (also its name in every shard's catalog)."""
+        return self.manifest.name
+
+    @property
+    def shards(self) -> int:
+        """Number of shards (fixed when the state was created)."""
+        return self.manifest.shards
+
+    @property
+    def how(self) -> str:
+        """The join type."""
+        return self.manifest.how
+
+    def side_schema(self, side: SideName) -> T.StructType:
+        """The Spark schema of ``side``'s rows (without ``_weight``)."""
+        return spark_schema(self.manifest.side(side).schema)
+
+    # ---- population -----------------------------------------------------------------------
+
+    def populate(self, strategy: str = "auto", *,
+                 small_side: SideName | None = None) -> DataFrame:
+        """Load the snapshot DataFrames; return the initial output (left, right, ``_weight``).
+
+        Two Spark jobs, small side first (the side with fewer rows, or ``small_side``),
+        then the big side, which probes the loaded small side; inside each task the
+        ``population`` driver runs ``strategy`` on its shard.  Then every shard goes live.
+        Eager (see the module docstring); the combined report is :attr:`last_report`
+        and ``<state_dir>/_spark/reports/<operation>.json``.  Population happens once per
+        state directory.
+        """
+        if self._snapshots is None:
+            raise SparkIOError(
+                f"join {self.name!r} was re-attached with SparkJoin.open(), which has no "
+                "snapshot DataFrames; populate() runs on the SparkJoin(...) that created it"
+            )
+        if self.manifest.populated is not None:
+            raise PopulationStateError(
+                f"join {self.name!r} in {self.state_dir} was populated already (operation "
+                f"{self.manifest.populated}); use apply() for changes, or a new state_dir"
+            )
+        t0 = time.perf_counter()
+        counts = {s: self._snapshots[s].count() for s in _SIDES}
+        small: SideName = small_side or ("left" if counts["left"] <= counts["right"]
+                                         else "right")
+        if small not in _SIDES:
+            raise SchemaMismatchError(f"small_side={small!r} must be 'left' or 'right'")
+        big: SideName = "right" if small == "left" else "left"
+        sizes: dict[str, int] = {s: math.ceil(counts[s] / self.shards) for s in _SIDES}
+        op = _operation_id("populate")
+        out_dir = self._output_dir(op)
+        jobs = []
+        for side, final in ((small, False), (big, True)):
+            task = PopulateTask(
+                self.manifest, str(self.state_dir), options_to_dict(self.options), side=side,
+                output_dir=str(out_dir), strategy=strategy, sizes=sizes, final=final,
+            )
+            routed = route(self._snapshot_rows(side), self.manifest, side)
+            jobs.append(self._run_job(routed, task, side))
+        self._control(go_live=True)
+        self.manifest = self.manifest.replace(populated=op)
+        self.manifest.write(self.state_dir)
+        self._finish(SparkReport(
+            join=self.name, operation=op, kind="populate", shards=self.shards,
+            output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
+            strategy=strategy, small_side=small,
+        ))
+        return self._read(out_dir)
+
+    def _snapshot_rows(self, side: SideName) -> DataFrame:
+        assert self._snapshots is not None
+        df = self._snapshots[side]
+        cols = list(self.manifest.side(side).schema.names)
+        return df.select(*cols, *([WEIGHT] if WEIGHT in df.columns else []))
+
+    # ---- live changes ---------------------------------------------------------------------
+
+    def apply(self, side: SideName, changes: DataFrame, *, op_id: str | None = None
+              ) -> DataFrame:
+        """Apply a change DataFrame (the side's columns + ``_weight``) to ``side``.
+
+        Returns the output change set as a DataFrame over Parquet (eager, exactly once:
+        see the module docstring).  Each shard's part of the change is one WriteBatch
+        committed with the operation id; calling ``apply`` again with the same ``op_id``
+        returns the recorded output and applies nothing.
+        """
+        op = op_id or _operation_id("apply")
+        out_dir = self._output_dir(op)
+        self._apply(side, changes, commit_id=f"spark-apply:{op}", out_dir=out_dir,
+                    operation=op, kind="apply")
+        return self._read(out_dir)
+
+    def foreach_batch_sink(
+        self, side: SideName, output_path: str | Path, *, sink_id: str | None = None,
+        retain: int = 2,
+    ) -> Callable[[DataFrame, int], None]:
+        """A ``foreachBatch`` function applying each micro-batch to ``side`` exactly once.
+
+        The micro-batch's id is committed with each shard's change in one WriteBatch;
+        a replayed batch id (Spark re-runs the last batch after a failure) returns the
+        output recorded the first time.  Output goes to Parquet under
+        ``<output_path>/batch_id=<id>/``, replaced on replay, so the sink is idempotent;
+        ``spark.read.parquet(output_path)`` reads every batch with a ``batch_id`` column.
+
+        ``sink_id`` names the stream in the commit ids (default: from ``side`` and
+        ``output_path``).  A new query (new checkpoint, batch ids from 0 again) needs a
+        new ``sink_id`` or ``output_path``.  Each shard keeps the ids of its last
+        ``retain`` batches.
+        """
+        if side not in _SIDES:
+            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+        if retain < 1:
+            raise SchemaMismatchError(f"retain={retain} must be >= 1")
+        base = Path(output_path).resolve()
+        sid = sink_id or f"{side}-{hashlib.sha1(str(base).encode()).hexdigest()[:12]}"
+        prefix = f"spark-stream:{sid}:"
+
+        def sink(batch_df: DataFrame, batch_id: int) -> None:
+            out_dir = base / f"batch_id={batch_id}"
+            if out_dir.exists():
+                shutil.rmtree(out_dir)  # a replay: rewritten from the recorded outputs
+            out_dir.mkdir(parents=True)
+            self._apply(side, batch_df, commit_id=f"{prefix}{batch_id}", out_dir=out_dir,
+                        operation=f"{sid}-{batch_id}", kind="micro-batch",
+                        forget=(prefix, batch_id - retain + 1),
+                        report_path=out_dir / "_joinstate_report.json")
+
+        return sink
+
+    def _apply(self, side: SideName, changes: DataFrame, *, commit_id: str, out_dir: Path,
+               operation: str, kind: str, forget: tuple[str, int] | None = None,
+               report_path: Path | None = None) -> None:
+        t0 = time.perf_counter()
+        rows = self._conform_changes(side, changes)
+        task = ApplyTask(
+            self.manifest, str(self.state_dir), options_to_dict(self.options), side=side,
+            output_dir=str(out_dir), commit_id=commit_id,
+            forget_prefix=forget[0] if forget else None,
+            keep_after=forget[1] if forget else None,
+        )
+        job = self._run_job(route(rows, self.manifest, side), task, side)
+        self._finish(SparkReport(
+            join=self.name, operation=operation, kind=kind, shards=self.shards,
+            output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=(job,),
+        ), report_path)
+
+    def _conform_changes(self, side: SideName, changes: DataFrame) -> DataFrame:
+        """Select the side's columns (checked castable) and ``_weight`` as a long."""
+        if side not in _SIDES:
+            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+        schema = self.manifest.side(side).schema
+        given = {f.name: f.dataType for f in changes.schema.fields}
+        unknown = [n for n in given if n not in schema.names and n != WEIGHT]
+        if unknown:
+            raise SchemaMismatchError(
+                f"{side} side: change column {unknown[0]!r} is not in the side's schema "
+                f"(expected {schema.names} and {WEIGHT!r})"
+            )
+        missing = [n for n in schema.names if n not in given]
+        if missing:
+            raise SchemaMismatchError(f"{side} side: changes lack column {missing[0]!r}")
+        for f in schema:
+            src = arrow_type(given[f.name], f.name)
+            if not is_value_castable(src, f.type):
+                raise SchemaMismatchError(
+                    f"{side} side: change column {f.name!r} is {given[f.name].simpleString()}"
+                    f", which cannot be cast safely to the declared {f.type}; cast upstream"
+                )
+        if WEIGHT in given:
+            if not isinstance(given[WEIGHT], T.ByteType | T.ShortType | T.IntegerType
+                              | T.LongType):
+                raise SchemaMismatchError(
+                    f"{side} side: {WEIGHT!r} must be an integer column, got "
+                    f"{given[WEIGHT].simpleString()}"
+                )
+            weight = F.col(WEIGHT).cast("long").alias(WEIGHT)
+        else:
+            weight = F.lit(1).cast("long").alias(WEIGHT)
+        return changes.select(*[F.col(n) for n in schema.names], weight)
+
+    # ---- inspection ------------------------------------------------------------------------
+
+    def state(self, side: SideName) -> DataFrame:
+        """The consolidated state of ``side`` over all shards (columns + ``_weight``).
+
+        Lazily evaluated and read-only, but each evaluation opens every shard, so do not
+        evaluate it while an operation on this join runs (it would meet a locked shard).
+        """
+        if side not in _SIDES:
+            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+        schema = T.StructType([*self.side_schema(side).fields,
+                               T.StructField(WEIGHT, T.LongType(), False)])
+        task = StateTask(self.manifest, str(self.state_dir), options_to_dict(self.options),
+                         side=side, schema=arrow_schema(schema))
+        return self._shard_ids().mapInArrow(task, schema)
+
+    def shard_summary(self) -> list[dict[str, Any]]:
+        """Per shard: phase and row counters of both sides (one small Spark job)."""
+        return [
+            {"shard": r.shard, **r.detail}
+            for r in sorted(self._control(go_live=False).shards, key=lambda r: r.shard)
+        ]
+
+    # ---- plumbing --------------------------------------------------------------------------
+
+    def _shard_ids(self) -> DataFrame:
+        parallel = max(1, min(self.shards, self.spark.sparkContext.defaultParallelism))
+        return self.spark.range(0, self.shards, 1, numPartitions=parallel)
+
+    def _control(self, go_live: bool) -> JobReport:
+        task = ControlTask(self.manifest, str(self.state_dir), options_to_dict(self.options),
+                           go_live=go_live)
+        return self._run_job(self._shard_ids(), task, "both")
+
+    def _run_job(self, df: DataFrame, task: Callable[..., Any], side: str) -> JobReport:
+        t0 = time.perf_counter()
+        try:
+            rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
+        except Exception as exc:  # Spark wraps task failures; surface the joinstate error
+            err = translate_task_error(exc)
+            if err is None:
+                raise
+            raise err from exc
+        return JobReport(side=side, seconds=time.perf_counter() - t0,
+                         shards=tuple(ShardReport.from_row(r) for r in rows))
+
+    def _output_dir(self, operation: str) -> Path:
+        path = self.state_dir / "_spark" / "outputs" / operation
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _read(self, path: Path) -> DataFrame:
+        return self.spark.read.schema(self.output_schema).parquet(str(path))
+
+    def _finish(self, report: SparkReport, path: Path | None = None) -> None:
+        """Keep ``report`` as :attr:`last_report` and write it as JSON.
+
+        Next to Parquet output the file is named ``_...``, which Spark's readers skip.
+        """
+        self.last_report = report
+        if path is None:
+            path = self.state_dir / "_spark" / "reports" / f"{report.operation}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.to_json())
+        log.info("%s", report.summary())

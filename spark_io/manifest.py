@@ -1,0 +1,202 @@
+"""The manifest: what a state directory holds, so ``apply`` and ``open`` route identically.
+
+One small JSON file per join, ``<state_dir>/_spark/<join>.json``, written by the driver
+(atomically: temporary file, then rename) and read by the driver only; executors get
+the :class:`Manifest` pickled inside their task.  It records everything that decides
+where a row goes and how it is stored:
+
+* the shard count and the partitioner version (changing either re-routes keys);
+* the join spec: both sides' Arrow schemas (Spark schemas follow from them), join
+  keys, unique keys, ``how`` and suffixes; every shard's catalog holds the same spec,
+  and ``StateStore.join`` refuses a shard whose spec differs;
+* the population step (its operation id) once it has completed.
+
+Layout of a state directory::
+
+    <state_dir>/shard-00000 ... shard-NNNNN   one RocksDB directory (StateStore) per shard
+    <state_dir>/_spark/<join>.json            this manifest
+    <state_dir>/_spark/outputs/<operation>/   Parquet output of populate/apply
+    <state_dir>/_spark/reports/<operation>.json
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from joinstate.errors import JoinSpecMismatchError
+from joinstate.side import Side
+from spark_io.errors import ManifestError
+
+if TYPE_CHECKING:
+    from joinstate.join import Join
+    from joinstate.store import StateStore
+
+__all__ = ["FORMAT", "PARTITIONER", "Manifest", "manifest_path", "shard_path"]
+
+FORMAT = 1
+PARTITIONER = "xxh3-canonical-key-mod-shards/spark-murmur3-pmod"
+"""Rows go to shard ``xxh3(canonical key) % shards``; Spark partition == shard (routing.py)."""
+
+
+def shard_path(state_dir: str | Path, shard: int) -> Path:
+    """The RocksDB directory of one shard."""
+    return Path(state_dir) / f"shard-{shard:05d}"
+
+
+def manifest_path(state_dir: str | Path, name: str) -> Path:
+    """Where the manifest of join ``name`` lives."""
+    return Path(state_dir) / "_spark" / f"{name}.json"
+
+
+def _side_to_json(side: Side) -> dict[str, Any]:
+    spec = side.to_spec()
+    return {
+        "schema": spec["schema"], "columns": spec["columns"],
+        "key": spec["key"], "unique_key": spec["unique_key"],
+    }
+
+
+def _side_from_json(raw: dict[str, Any], where: str) -> Side:
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["schema"])))
+        return Side(schema, key=list(raw["key"]), unique_key=raw.get("unique_key"))
+    except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
+        raise ManifestError(f"{where}: the side description is unreadable: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The routing and join spec of one sharded join (see the module docstring)."""
+
+    name: str
+    shards: int
+    left: Side
+    right: Side
+    how: str = "inner"
+    suffixes: tuple[str, str] = ("", "_right")
+    populated: str | None = None
+    partitioner: str = PARTITIONER
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shards, bool) or not isinstance(self.shards, int) \
+                or not 1 <= self.shards <= 65_536:
+            raise ManifestError(f"shards={self.shards!r} must be an int between 1 and 65536")
+
+    # ---- the join each shard holds ------------------------------------------------------
+
+    def join(self, store: StateStore) -> Join:
+        """Create or re-attach this join in a shard's store (same spec on every shard)."""
+        how: Any = self.how
+        return store.join(self.name, left=self.left, right=self.right, how=how,
+                          suffixes=self.suffixes)
+
+    def side(self, label: str) -> Side:
+        """The :class:`Side` called ``label`` (``"left"`` or ``"right"``)."""
+        if label == "left":
+            return self.left
+        if label == "right":
+            return self.right
+        raise ManifestError(f"side={label!r} must be 'left' or 'right'")
+
+    def spec(self) -> dict[str, Any]:
+        """Everything that must agree for two manifests to describe the same state."""
+        return {
+            "name": self.name, "shards": self.shards, "how": self.how,
+            "suffixes": list(self.suffixes), "partitioner": self.partitioner,
+            "left": _side_to_json(self.left), "right": _side_to_json(self.right),
+        }
+
+    def check_same(self, other: Manifest, state_dir: str | Path) -> None:
+        """Raise :class:`JoinSpecMismatchError` naming every field where the specs differ."""
+        a, b = self.spec(), other.spec()
+        diffs = []
+        for k in a:
+            if a[k] == b[k]:
+                continue
+            if isinstance(a[k], dict):
+                diffs += [
+                    f"{k}.{kk}: stored {a[k][kk]!r}, given {b[k][kk]!r}"
+                    for kk in a[k] if kk != "schema" and a[k][kk] != b[k][kk]
+                ] or [f"{k}: schema metadata differs"]
+            else:
+                diffs.append(f"{k}: stored {a[k]!r}, given {b[k]!r}")
+        if diffs:
+            raise JoinSpecMismatchError(
+                f"join {self.name!r} in {state_dir} was created with a different spec "
+                f"({'; '.join(diffs)}); use SparkJoin.open() to re-attach, or a new state_dir"
+            )
+
+    # ---- persistence --------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """The manifest file's text."""
+        return json.dumps(
+            {"format": FORMAT, **self.spec(), "populated": self.populated},
+            indent=2, sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "manifest") -> Manifest:
+        """Parse a manifest file's text; :class:`ManifestError` says what is wrong."""
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ManifestError(f"{where} is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise ManifestError(
+                f"{where} has format {raw.get('format') if isinstance(raw, dict) else None!r}; "
+                f"this spark_io reads format {FORMAT}"
+            )
+        try:
+            return cls(
+                name=str(raw["name"]), shards=int(raw["shards"]),
+                left=_side_from_json(raw["left"], where),
+                right=_side_from_json(raw["right"], where),
+                how=str(raw["how"]), suffixes=(str(raw["suffixes"][0]), str(raw["suffixes"][1])),
+                populated=raw.get("populated"), partitioner=str(raw["partitioner"]),
+            )
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ManifestError(f"{where} lacks a field: {exc!r}") from exc
+
+    def write(self, state_dir: str | Path) -> Path:
+        """Write atomically (temporary file in the same directory, then rename)."""
+        path = manifest_path(state_dir, self.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(self.to_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def read(cls, state_dir: str | Path, name: str) -> Manifest:
+        """The manifest of join ``name`` in ``state_dir``."""
+        path = manifest_path(state_dir, name)
+        if not path.exists():
+            raise ManifestError(
+                f"no join {name!r} in {state_dir} (expected manifest {path}); create it with "
+                "spark_io.SparkJoin(spark, name, left=..., right=..., state_dir=...)"
+            )
+        manifest = cls.from_json(path.read_text(), str(path))
+        if manifest.name != name:
+            raise ManifestError(f"{path} describes join {manifest.name!r}, not {name!r}")
+        return manifest
+
+    def replace(self, **changes: Any) -> Manifest:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)

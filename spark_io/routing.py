@@ -1,0 +1,133 @@
+"""Routing: every row to shard ``xxh3(canonical join key) % shards``, shard i to partition i.
+
+Two steps, both planned on the driver and run on executors:
+
+1. :class:`ShardRouter` (a ``mapInArrow`` function) adds a ``_shard`` column computed
+   exactly as :meth:`joinstate.Join.shard_of` does: the join's common key plan makes an
+   ``IntegerType`` key on one side and a ``LongType`` key on the other encode to the
+   same canonical bytes, so equal keys land on the same shard; NULL keys go to shard 0.
+   No state store is opened for this.
+2. :func:`route` shuffles with ``repartition(shards, <partition key>)``.  Spark's hash
+   partitioning sends a row to ``pmod(murmur3(partition key, seed 42), shards)``, which
+   is not the identity, so the partition key of shard ``s`` is a number chosen with
+   that murmur3 value (:func:`partition_keys`): partition ``i`` then holds exactly
+   shard ``i``.  Correctness does not depend on this (a worker handles whatever shards
+   its partition holds, one at a time); one shard per task is what spreads the work.
+
+A shard's rows all reach one partition of one shuffle, hence one task per operation:
+that is the single-writer rule (a second writer would fail on RocksDB's LOCK).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from joinstate.keys import KeyCodec, hash_prefix, key_plan
+from spark_io.types import arrow_schema, conform_batch
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pyspark.sql import Column, DataFrame
+
+    from spark_io.manifest import Manifest
+
+__all__ = ["SHARD", "ShardRouter", "murmur3_long", "partition_keys", "route"]
+
+SHARD = "_shard"
+_M32 = 0xFFFFFFFF
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix(h1: int, k1: int) -> int:
+    k1 = (k1 * 0xCC9E2D51) & _M32
+    k1 = _rotl32(k1, 15)
+    k1 = (k1 * 0x1B873593) & _M32
+    h1 ^= k1
+    h1 = _rotl32(h1, 13)
+    return (h1 * 5 + 0xE6546B64) & _M32
+
+
+def murmur3_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a LongType value (``Murmur3_x86_32.hashLong``), signed."""
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h = _mix(_mix(seed & _M32, v & _M32), v >> 32)
+    h ^= 8
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _M32
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=64)
+def partition_keys(shards: int) -> tuple[int, ...]:
+    """For each shard ``s``, the smallest ``v >= 0`` with ``pmod(hash(v), shards) == s``."""
+    keys: list[int | None] = [None] * shards
+    missing = shards
+    v = 0
+    while missing:
+        p = murmur3_long(v) % shards
+        if keys[p] is None:
+            keys[p] = v
+            missing -= 1
+        v += 1
+    return tuple(k for k in keys if k is not None)
+
+
+def partition_key_column(shards: int) -> Column:
+    """A LongType column whose Spark hash partition (out of ``shards``) is ``_shard``."""
+    lookup = F.array(*[F.lit(k).cast("long") for k in partition_keys(shards)])
+    return F.element_at(lookup, F.col(SHARD) + F.lit(1)).cast("long")
+
+
+class ShardRouter:
+    """``mapInArrow`` function: append the ``_shard`` column to every batch of one side.
+
+    Runs on executors; stateless, so a retried or re-evaluated task routes the same way.
+    """
+
+    def __init__(self, manifest: Manifest, side: str) -> None:
+        self.side = side
+        self.shards = manifest.shards
+        s = manifest.side(side)
+        self.schema = s.schema
+        self.key = list(s.key)
+        plan = key_plan(manifest.left.schema, manifest.left.key,
+                        manifest.right.schema, manifest.right.key)
+        self.codec = KeyCodec(self.key, plan, side)
+
+    def shard_of(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+        """Shard of every row (equal to ``Join.shard_of`` for the same join and shards)."""
+        table = conform_batch(batch, self.schema).select(self.key)
+        canon, null = self.codec.encode(table)
+        shard = hash_prefix(canon) % np.uint64(self.shards)
+        shard[null] = 0
+        return shard.astype(np.int32)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield each batch with its ``_shard`` column appended."""
+        for batch in batches:
+            shard = pa.array(self.shard_of(batch), pa.int32())
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, shard], names=[*batch.schema.names, SHARD]
+            )
+
+
+def route(df: DataFrame, manifest: Manifest, side: str) -> DataFrame:
+    """``df`` with a ``_shard`` column, partition ``i`` holding exactly shard ``i``."""
+    # Fail on the driver, naming the column, before any task starts.
+    arrow_schema(df.schema)
+    schema = T.StructType([*df.schema.fields, T.StructField(SHARD, T.IntegerType(), False)])
+    routed = df.mapInArrow(ShardRouter(manifest, side), schema)
+    return routed.repartition(manifest.shards, partition_key_column(manifest.shards))

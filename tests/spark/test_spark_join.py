@@ -1,0 +1,236 @@
+"""SparkJoin end to end: populate, apply changes, compare with Spark's own join.
+
+The contract: the running sum of every output DataFrame equals Spark's join of the
+integrated inputs, and each side's state equals its integrated input, for inner and
+left outer joins, with NULL keys, duplicate rows, and an IntegerType key on one side
+against a LongType key on the other.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pytest
+from sparkdata import (
+    CUSTOMER,
+    CUSTOMER_COLS,
+    SALES,
+    SALES_COLS,
+    add,
+    apply_to,
+    changes_df,
+    customer,
+    customers,
+    df,
+    mutate,
+    sale,
+    sales,
+    spark_join,
+    via_spark,
+    zset,
+)
+
+import joinstate
+import spark_io
+from spark_io.manifest import shard_path
+from spark_io.routing import ShardRouter, partition_keys
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+OUT_COLS = CUSTOMER_COLS + SALES_COLS
+
+
+def new_sale(rng: random.Random, sk: int | None) -> tuple[object, ...]:
+    return sale(rng, sk, rng.randrange(10**7, 10**8))
+
+
+def make_job(spark: SparkSession, tmp_path: Path, how: str, left: Counter, right: Counter,
+             shards: int = 4) -> spark_io.SparkJoin:
+    return spark_io.SparkJoin(
+        spark, "customer_sales", left=df(spark, left, CUSTOMER), right=df(spark, right, SALES),
+        left_key=["c_customer_sk"], right_key=["ss_customer_sk"], how=how,
+        state_dir=tmp_path / "state", shards=shards,
+    )
+
+
+def test_router_matches_core_shard_of(tmp_path: Path) -> None:
+    """Executors route without a Join; they must agree with Join.shard_of, int32 vs int64."""
+    ls = pa.schema([("k", pa.int32()), ("v", pa.string())])
+    rs = pa.schema([("k", pa.int64())])
+    manifest = spark_io.manifest.Manifest(
+        "j", 7, joinstate.Side(ls, key=["k"]), joinstate.Side(rs, key=["k"]))
+    keys = [*range(-50, 300), None]
+    left = pa.table({"k": pa.array(keys, pa.int32()), "v": [str(k) for k in keys]})
+    right = pa.table({"k": pa.array(keys, pa.int64())})
+    with joinstate.StateStore(tmp_path / "s") as store:
+        join = manifest.join(store)
+        expected = join.shard_of("left", left, 7)
+        assert (join.shard_of("right", right, 7) == expected).all()
+    assert (ShardRouter(manifest, "left").shard_of(left) == expected).all()
+    assert (ShardRouter(manifest, "right").shard_of(right) == expected).all()
+    assert expected[-1] == 0  # NULL key -> shard 0
+
+
+@pytest.mark.parametrize("shards", [1, 2, 4, 7, 8])
+def test_partition_i_holds_shard_i(spark: SparkSession, shards: int) -> None:
+    """The partition keys make Spark's hash partitioner the identity on shard numbers."""
+    from pyspark.sql import functions as F
+
+    keys = partition_keys(shards)
+    got = spark.createDataFrame([(k,) for k in keys], "v long").select(
+        F.pmod(F.hash("v"), F.lit(shards)).alias("p")).collect()
+    assert [r.p for r in got] == list(range(shards))
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_populate_then_apply_matches_spark_join(spark: SparkSession, tmp_path: Path,
+                                                how: str) -> None:
+    rng = random.Random(4 if how == "inner" else 5)
+    left, right = Counter(customers(rng)), Counter(sales(rng))
+    job = make_job(spark, tmp_path, how, left, right)
+
+    out = job.populate(strategy="auto")
+    total = zset(out, OUT_COLS)
+    assert total == spark_join(spark, left, right, how)
+    report = job.last_report
+    assert report is not None
+    assert [j.side for j in report.jobs] == ["left", "right"]  # small side's job first
+    assert report.rows_in == left.total() + right.total()
+    assert {r["phase"] for r in job.shard_summary()} == {"live"}
+
+    rounds = [
+        ("left", lambda c: mutate(rng, c, customer, 200)),
+        ("right", lambda c: mutate(rng, c, new_sale, 200)),
+        ("right", lambda c: mutate(rng, c, new_sale, 200)),
+        ("left", lambda c: mutate(rng, c, customer, 200)),
+    ]
+    for side, make in rounds:
+        current = left if side == "left" else right
+        changes = make(current)
+        delta = job.apply(side, changes_df(spark, changes, CUSTOMER if side == "left"
+                                           else SALES))
+        total = add(total, zset(delta, OUT_COLS))
+        if side == "left":
+            left = apply_to(left, changes)
+        else:
+            right = apply_to(right, changes)
+        assert total == spark_join(spark, left, right, how), f"after {side} changes"
+
+    assert zset(job.state("left"), CUSTOMER_COLS) == via_spark(spark, left, CUSTOMER,
+                                                                CUSTOMER_COLS)
+    assert zset(job.state("right"), SALES_COLS) == via_spark(spark, right, SALES, SALES_COLS)
+
+
+def test_output_dataframe_evaluates_once(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(6)
+    left, right = Counter(customers(rng, 40)), Counter(sales(rng, 200, 50))
+    job = make_job(spark, tmp_path, "inner", left, right)
+    job.populate()
+    changes = [(customer(rng, 5, "-new"), 1), (customer(rng, 99, "-new"), 1)]
+    out = job.apply("left", changes_df(spark, changes, CUSTOMER))
+    first = zset(out, OUT_COLS)
+    assert out.count() == out.count() == sum(first.values())
+    assert zset(out, OUT_COLS) == first
+    assert zset(job.state("left"), CUSTOMER_COLS) == via_spark(
+        spark, apply_to(left, changes), CUSTOMER, CUSTOMER_COLS)
+
+    # The same op_id again: every shard returns its recorded output, nothing is re-applied.
+    again = job.apply("left", changes_df(spark, changes, CUSTOMER), op_id="fixed-id")
+    assert zset(again, OUT_COLS) == first  # applied now (first use of "fixed-id")
+    replay = job.apply("left", changes_df(spark, changes, CUSTOMER), op_id="fixed-id")
+    assert zset(replay, OUT_COLS) == first
+    assert job.last_report is not None and job.last_report.replayed_shards >= 1
+    expected = apply_to(apply_to(left, changes), changes)
+    assert zset(job.state("left"), CUSTOMER_COLS) == via_spark(spark, expected, CUSTOMER,
+                                                                CUSTOMER_COLS)
+
+
+def test_open_reattaches_and_routes_identically(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(7)
+    left, right = Counter(customers(rng, 60)), Counter(sales(rng, 300, 70))
+    make_job(spark, tmp_path, "left", left, right, shards=3).populate()
+
+    job = spark_io.SparkJoin.open(spark, "customer_sales", tmp_path / "state")
+    assert (job.shards, job.how) == (3, "left")
+    assert job.manifest.left.key == ("c_customer_sk",)
+    changes = [(new_sale(rng, 10), 1), (new_sale(rng, 65), 1)]
+    out = job.apply("right", changes_df(spark, changes, SALES))
+    right2 = apply_to(right, changes)
+    # Rows for existing keys found their customers: same routing as at population time.
+    full = add(spark_join(spark, left, right, "left"), zset(out, OUT_COLS))
+    assert full == spark_join(spark, left, right2, "left")
+
+    with pytest.raises(spark_io.SparkIOError, match="snapshot"):
+        job.populate()
+    with pytest.raises(joinstate.JoinSpecMismatchError, match="shards"):
+        make_job(spark, tmp_path, "left", left, right, shards=5)
+    with pytest.raises(spark_io.ManifestError, match="no join"):
+        spark_io.SparkJoin.open(spark, "other", tmp_path / "state")
+
+
+def test_populate_runs_once(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(8)
+    left, right = Counter(customers(rng, 20)), Counter(sales(rng, 50, 25))
+    job = make_job(spark, tmp_path, "inner", left, right, shards=2)
+    job.populate()
+    with pytest.raises(spark_io.PopulationStateError, match="populated already"):
+        job.populate()
+    again = make_job(spark, tmp_path, "inner", left, right, shards=2)  # same spec re-attaches
+    with pytest.raises(spark_io.PopulationStateError):
+        again.populate()
+
+
+def test_half_loaded_shard_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    """What a retried population task finds after a failure midway: rows, but no mark."""
+    rng = random.Random(12)
+    left, right = Counter(customers(rng, 20)), Counter(sales(rng, 50, 25))
+    job = make_job(spark, tmp_path, "inner", left, right, shards=2)
+    with joinstate.StateStore(shard_path(job.state_dir, 0)) as store:
+        join = job.manifest.join(store)
+        join.push("left", pa.Table.from_pylist([
+            {"c_customer_sk": None, "c_name": "half", "c_birth": None, "c_balance": None,
+             "c_flag": None, "c_seen": None, "c_score": None}],
+            schema=job.manifest.left.schema))
+    with pytest.raises(spark_io.PopulationStateError, match="failed midway"):
+        job.populate()
+
+
+def test_second_writer_on_a_shard_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(9)
+    left, right = Counter(customers(rng, 20)), Counter(sales(rng, 50, 25))
+    job = make_job(spark, tmp_path, "inner", left, right, shards=2)
+    job.populate()
+    changes = [(customer(rng, None, "-null"), 1)]  # a NULL key: always shard 0
+    with joinstate.StateStore(shard_path(job.state_dir, 0)), \
+            pytest.raises(spark_io.ShardBusyError, match=r"shard 0 .* already open"):
+        job.apply("left", changes_df(spark, changes, CUSTOMER))
+    assert isinstance(spark_io.ShardBusyError("x"), joinstate.StateLockedError)
+    job.apply("left", changes_df(spark, changes, CUSTOMER))  # lock released: it works now
+    assert zset(job.state("left"), CUSTOMER_COLS) == via_spark(
+        spark, apply_to(left, changes), CUSTOMER, CUSTOMER_COLS)
+
+
+def test_changes_are_checked_on_the_driver(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(10)
+    left, right = Counter(customers(rng, 10)), Counter(sales(rng, 20, 10))
+    job = make_job(spark, tmp_path, "inner", left, right, shards=2)
+    bad = spark.createDataFrame([("x", 1, 2, 3.0)],
+                                "ss_customer_sk string, ss_ticket long, ss_qty int, ss_paid double")
+    with pytest.raises(joinstate.SchemaMismatchError, match="'ss_customer_sk' is string"):
+        job.apply("right", bad)
+    short = spark.createDataFrame([(1, 1)], "ss_customer_sk long, ss_ticket long")
+    with pytest.raises(joinstate.SchemaMismatchError, match="lack column 'ss_qty'"):
+        job.apply("right", short)
+    extra = spark.createDataFrame([(1, 2, 3, 4.0, 5)],
+                                  "ss_customer_sk long, ss_ticket long, ss_qty int, "
+                                  "ss_paid double, junk int")
+    with pytest.raises(joinstate.SchemaMismatchError, match="junk"):
+        job.apply("right", extra)
