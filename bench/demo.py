@@ -55,6 +55,15 @@ def _duckdb_mismatches(outputs: pa.Table, cust: pa.Table, sales: pa.Table) -> in
     return int(row[0]) if row else -1
 
 
+def _join(store: joinstate.StateStore) -> joinstate.Join:
+    """Create (or re-attach to) the demo's join: customers unique on their key."""
+    return store.join(
+        "customer_sales",
+        left=joinstate.Side(CUSTOMER_SCHEMA, key=["c_customer_sk"], unique_key=["c_customer_sk"]),
+        right=joinstate.Side(SALES_SCHEMA, key=["ss_customer_sk"]),
+    )
+
+
 def run_demo(state_dir: Path, n_customers: int, n_sales: int, batch_rows: int) -> int:
     """Run the demo; returns 0 if the result matches DuckDB, 1 otherwise."""
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -62,12 +71,7 @@ def run_demo(state_dir: Path, n_customers: int, n_sales: int, batch_rows: int) -
     sales = pa.Table.from_batches(list(sales_batches(n_sales, n_customers, batch_rows)))
     outputs: list[pa.Table] = []
     with joinstate.StateStore(state_dir) as store:
-        join = store.join(
-            "customer_sales",
-            left=joinstate.Side(CUSTOMER_SCHEMA, key=["c_customer_sk"],
-                                unique_key=["c_customer_sk"]),
-            right=joinstate.Side(SALES_SCHEMA, key=["ss_customer_sk"]),
-        )
+        join = _join(store)
         t0 = time.perf_counter()
         for b in cust.to_batches(max_chunksize=batch_rows):
             outputs.append(join.push("left", b))
@@ -106,12 +110,7 @@ def run_demo(state_dir: Path, n_customers: int, n_sales: int, batch_rows: int) -
             print(f"  {side:<5} layout={st['layout']:<4} rows={st['rows']:,} "
                   f"distinct_keys={st['distinct_keys']:,} bytes={st['bytes']:,}")
     with joinstate.StateStore(state_dir) as store:
-        join = store.join(
-            "customer_sales",
-            left=joinstate.Side(CUSTOMER_SCHEMA, key=["c_customer_sk"],
-                                unique_key=["c_customer_sk"]),
-            right=joinstate.Side(SALES_SCHEMA, key=["ss_customer_sk"]),
-        )
+        join = _join(store)
         reopened_rows = join.state("right").num_rows
     out = pa.concat_tables(outputs)
     bad = _duckdb_mismatches(out, cust_final, sales_final)

@@ -9,13 +9,25 @@ turning into wrong join output.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from joinstate.errors import SchemaMismatchError
 
-__all__ = ["WEIGHT", "check_storable", "conform_delta", "is_safe_cast", "is_value_castable"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "WEIGHT",
+    "check_column_types",
+    "check_storable",
+    "conform_delta",
+    "is_safe_cast",
+    "is_value_castable",
+]
 
 WEIGHT = "_weight"
 
@@ -115,6 +127,38 @@ def is_value_castable(src: pa.DataType, dst: pa.DataType) -> bool:
     return False
 
 
+def check_column_types(
+    schema: pa.Schema, given: Mapping[str, pa.DataType], side: str
+) -> None:
+    """Check the column names and types of a delta (or of a DataFrame about to be one).
+
+    Raises :class:`SchemaMismatchError` naming the first unknown, missing or unsafely
+    typed column; ``_weight`` may be absent or any integer type that fits int64.  Shared
+    by :func:`conform_delta` and by drivers that validate before any data moves (Spark).
+    """
+    unknown = [n for n in given if n not in schema.names and n != WEIGHT]
+    if unknown:
+        raise SchemaMismatchError(
+            f"{side} side: delta column {unknown[0]!r} is not in the side's schema "
+            f"(expected columns {schema.names} and optionally {WEIGHT!r})"
+        )
+    missing = [n for n in schema.names if n not in given]
+    if missing:
+        raise SchemaMismatchError(f"{side} side: delta is missing column {missing[0]!r}")
+    for f in schema:
+        src = given[f.name]
+        if not src.equals(f.type) and not is_value_castable(src, f.type):
+            raise SchemaMismatchError(
+                f"{side} side: column {f.name!r} has type {src}, which cannot be "
+                f"cast safely to the declared {f.type}; cast it explicitly upstream"
+            )
+    w = given.get(WEIGHT)
+    if w is not None and (not pa.types.is_integer(w) or not is_safe_cast(w, pa.int64())):
+        raise SchemaMismatchError(
+            f"{side} side: column {WEIGHT!r} must be int64 (or a narrower integer), got {w}"
+        )
+
+
 def conform_delta(
     schema: pa.Schema, delta: pa.Table | pa.RecordBatch, side: str
 ) -> tuple[pa.Table, np.ndarray]:
@@ -134,25 +178,11 @@ def conform_delta(
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise SchemaMismatchError(f"{side} side: delta has duplicate column(s) {dup}")
-    expected = set(schema.names)
-    unknown = [n for n in names if n not in expected and n != WEIGHT]
-    if unknown:
-        raise SchemaMismatchError(
-            f"{side} side: delta column {unknown[0]!r} is not in the side's schema "
-            f"(expected columns {schema.names} and optionally {WEIGHT!r})"
-        )
-    missing = [n for n in schema.names if n not in names]
-    if missing:
-        raise SchemaMismatchError(f"{side} side: delta is missing column {missing[0]!r}")
+    check_column_types(schema, {n: delta.schema.field(n).type for n in names}, side)
     columns = []
     for f in schema:
         col = delta.column(f.name)
         if not col.type.equals(f.type):
-            if not is_value_castable(col.type, f.type):
-                raise SchemaMismatchError(
-                    f"{side} side: column {f.name!r} has type {col.type}, which cannot be "
-                    f"cast safely to the declared {f.type}; cast it explicitly upstream"
-                )
             try:
                 col = pc.cast(col, f.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -168,11 +198,6 @@ def conform_delta(
     table = pa.Table.from_arrays(columns, schema=schema)
     if WEIGHT in names:
         w = delta.column(WEIGHT)
-        if not pa.types.is_integer(w.type) or not is_safe_cast(w.type, pa.int64()):
-            raise SchemaMismatchError(
-                f"{side} side: column {WEIGHT!r} must be int64 (or a narrower integer), "
-                f"got {w.type}"
-            )
         if w.null_count:
             raise SchemaMismatchError(f"{side} side: column {WEIGHT!r} has NULL weights")
         weights = pc.cast(w, pa.int64()).to_numpy()

@@ -39,7 +39,7 @@ from pyspark.sql import types as T
 from joinstate import Side, StoreOptions, output_schema
 from joinstate.errors import SchemaMismatchError
 from joinstate.keys import key_plan
-from joinstate.schema import WEIGHT, is_value_castable
+from joinstate.schema import WEIGHT, check_column_types
 from spark_io._worker import (
     ApplyTask,
     ControlTask,
@@ -301,29 +301,8 @@ class SparkJoin:
             raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
         schema = self.manifest.side(side).schema
         given = {f.name: f.dataType for f in changes.schema.fields}
-        unknown = [n for n in given if n not in schema.names and n != WEIGHT]
-        if unknown:
-            raise SchemaMismatchError(
-                f"{side} side: change column {unknown[0]!r} is not in the side's schema "
-                f"(expected {schema.names} and {WEIGHT!r})"
-            )
-        missing = [n for n in schema.names if n not in given]
-        if missing:
-            raise SchemaMismatchError(f"{side} side: changes lack column {missing[0]!r}")
-        for f in schema:
-            src = arrow_type(given[f.name], f.name)
-            if not is_value_castable(src, f.type):
-                raise SchemaMismatchError(
-                    f"{side} side: change column {f.name!r} is {given[f.name].simpleString()}"
-                    f", which cannot be cast safely to the declared {f.type}; cast upstream"
-                )
+        check_column_types(schema, {n: arrow_type(t, n) for n, t in given.items()}, side)
         if WEIGHT in given:
-            if not isinstance(given[WEIGHT], T.ByteType | T.ShortType | T.IntegerType
-                              | T.LongType):
-                raise SchemaMismatchError(
-                    f"{side} side: {WEIGHT!r} must be an integer column, got "
-                    f"{given[WEIGHT].simpleString()}"
-                )
             weight = F.col(WEIGHT).cast("long").alias(WEIGHT)
         else:
             weight = F.lit(1).cast("long").alias(WEIGHT)
