@@ -10,9 +10,10 @@ bookkeeping.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from joinstate.activity import ACTIVITY_COUNTERS, statistics_counters
+from joinstate.activity import auto_compaction_flags as _flags_at
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -28,50 +29,11 @@ __all__ = [
     "statistics_counters",
 ]
 
-ACTIVITY_COUNTERS = {
-    "compaction_read_bytes": "rocksdb.compact.read.bytes",
-    "compaction_write_bytes": "rocksdb.compact.write.bytes",
-    "compaction_micros": "rocksdb.compaction.times.micros.sum",
-    "compaction_cpu_micros": "rocksdb.compaction.times.cpu_micros.sum",
-    "compactions": "rocksdb.compaction.times.micros.count",
-    "flush_write_bytes": "rocksdb.flush.write.bytes",
-    "wal_bytes": "rocksdb.wal.bytes",
-    "memtable_bytes_written": "rocksdb.bytes.written",
-    "stall_micros": "rocksdb.stall.micros",
-    "write_stall_micros": "rocksdb.db.write.stall.sum",
-}
-"""Report name -> statistics name (histograms as ``<name>.sum`` / ``<name>.count``)."""
-
 CF_PROPERTIES = (
     "num-files-at-level0", "num-files-at-level1", "total-sst-files-size",
     "cur-size-all-mem-tables", "estimate-pending-compaction-bytes", "num-running-compactions",
     "is-write-stopped", "actual-delayed-write-rate",
 )
-
-_TICKER = re.compile(r"^(\S+) COUNT : (\d+)$")
-_HISTO = re.compile(r"^(\S+) P50 .* COUNT : (\d+) SUM : (\d+)$")
-
-
-def statistics_counters(text: str | None) -> dict[str, int]:
-    """Parse RocksDB's statistics dump into ``{name: value}``.
-
-    Tickers keep their name; histograms give ``<name>.count`` and ``<name>.sum``.
-    """
-    out: dict[str, int] = {}
-    if not text:
-        return out
-    for line in text.splitlines():
-        line = line.strip()
-        m = _TICKER.match(line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-            continue
-        m = _HISTO.match(line)
-        if m:
-            out[m.group(1) + ".count"] = int(m.group(2))
-            out[m.group(1) + ".sum"] = int(m.group(3))
-    return out
-
 
 def counter_delta(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
     """Return the activity counters (:data:`ACTIVITY_COUNTERS`) added between snapshots."""
@@ -82,23 +44,8 @@ def counter_delta(after: Mapping[str, int], before: Mapping[str, int]) -> dict[s
 
 
 def auto_compaction_flags(store: StateStore) -> dict[str, bool]:
-    """``{column family: auto-compaction disabled?}`` from RocksDB's latest OPTIONS file."""
-    files = sorted(
-        Path(store.path).glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1] or 0)
-    )
-    if not files:
-        return {}
-    out: dict[str, bool] = {}
-    cf: str | None = None
-    for line in files[-1].read_text().splitlines():
-        line = line.strip()
-        if line.startswith("[CFOptions "):
-            cf = line[len('[CFOptions "'):-2]
-        elif line.startswith("["):
-            cf = None
-        elif cf is not None and line.startswith("disable_auto_compactions="):
-            out[cf] = line.split("=", 1)[1] == "true"
-    return out
+    """``{column family: auto-compaction disabled?}`` as RocksDB itself last wrote them."""
+    return _flags_at(store.path)
 
 
 def rocksdb_activity(store: StateStore, cfs: Iterable[str] | None = None) -> dict[str, Any]:

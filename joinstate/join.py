@@ -24,6 +24,7 @@ import rocksdict as rd
 from joinstate._bytes import Bytes
 from joinstate._index import Batch, Entries, Op, Ops, SideIndex, Staged
 from joinstate._zset import expand, sum_by
+from joinstate.activity import auto_compaction_flags
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
 from joinstate.keys import KeyCodec, hash_prefix, key_plan, single_plan
 from joinstate.schema import WEIGHT
@@ -415,20 +416,27 @@ class Join:
         makes that free, counted by a scan otherwise (costs a pass over the side).
         """
         store = self._require_store()
-        out: dict[str, Any] = {"join": self.name, "how": self.how}
+        out: dict[str, Any] = {
+            "join": self.name, "how": self.how, "phase": self.phase,
+            # DB-wide and cumulative since the store was opened (RocksDB has no per-CF
+            # statistics): compaction read/write bytes, flush and WAL bytes, stalls.
+            "rocksdb_activity": store.activity(),
+        }
+        compaction_off = auto_compaction_flags(store.path)
         for label, idx in (("left", self.left), ("right", self.right)):
             keys: int | None = idx._known_keys()
             if keys is None:
                 rows, _, _ = idx.scan()
                 canon, _ = idx.key_codec.encode(rows)
                 keys = len(set(canon.to_list()))
-            props: dict[str, dict[str, int | None]] = {}
+            props: dict[str, dict[str, Any]] = {}
             total_bytes = 0
             for cf in idx.column_families():
                 p = {
                     name: store.property_int(cf, "rocksdb." + name)
                     for name in _PROPERTIES
                 }
+                p["auto_compaction_disabled"] = compaction_off.get(cf)
                 props[cf] = p
                 total_bytes += (p["total-sst-files-size"] or 0) + (
                     p["cur-size-all-mem-tables"] or 0)

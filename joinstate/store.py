@@ -13,6 +13,7 @@ updated in the same WriteBatch as the data they describe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import struct
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import rocksdict as rd
 
+from joinstate.activity import ACTIVITY_COUNTERS, statistics_counters
 from joinstate.errors import (
     JoinStateError,
     SchemaMismatchError,
@@ -31,6 +33,7 @@ from joinstate.errors import (
 from joinstate.options import IndexOptions, StoreOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
 
     from joinstate.join import How, Join
@@ -198,6 +201,34 @@ class StateStore:
     def write(self, wb: rd.WriteBatch) -> None:
         """Apply a WriteBatch atomically with the store's write options."""
         self._require_open().write(wb, self._write_options)
+
+    @contextlib.contextmanager
+    def wal_disabled(self) -> Iterator[None]:
+        """Write without the WAL inside the block, then flush every memtable.
+
+        For bulk loads that are restarted from scratch on failure anyway: the WAL costs a
+        write per batch and buys nothing there.  The flush on a clean exit makes the data
+        durable (after a failure the load is redone, so flushing would only cost time);
+        the previous setting comes back either way.
+        """
+        before = self._write_options.disable_wal
+        self._write_options.disable_wal = True
+        try:
+            yield
+            if not self.closed:
+                self.flush()
+        finally:
+            self._write_options.disable_wal = before
+
+    @property
+    def wal_enabled(self) -> bool:
+        """Whether writes currently go through the WAL."""
+        return not self._write_options.disable_wal
+
+    def activity(self) -> dict[str, int]:
+        """Cumulative DB-wide RocksDB activity (compaction/flush/WAL bytes, stalls)."""
+        counters = statistics_counters(self.statistics())
+        return {name: counters.get(stat, 0) for name, stat in ACTIVITY_COUNTERS.items()}
 
     def flush(self) -> None:
         """Flush every memtable (used when the WAL is off, to make data durable)."""

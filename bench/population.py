@@ -1,0 +1,250 @@
+"""``python -m bench population``: population strategies x orders, and the memtable question.
+
+Data sets (synthetic, seeded; ``bench/synthetic.py``):
+
+1. ``--set 1``: 100k customers (unique key) vs 3M store_sales rows;
+2. ``--set 2``: 1M vs 30M (override with ``--small/--large``): compaction only matters
+   once the state is much larger than the memtables;
+3. ``--set 3``: hash skip list vs skip list vs vector memtable for the small side: write
+   rate through the join, point-lookup rates while the side is still in the memtable,
+   and big-side push rate when the small side is probed from RocksDB (probe cache off).
+
+Every strategy runs in the same process on the same data, each in a fresh directory;
+speedups are over ``symmetric`` with the same order, measured in the same run.  After
+``populate`` returns, the benchmark also waits for RocksDB's background compactions to
+finish (``settle``), because deferring compaction is not the same as avoiding it.
+Results: ``bench-results/population-<stamp>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import joinstate
+import population
+from bench import synthetic as syn
+from compaction.metrics import counter_delta, statistics_counters
+
+MIB = 1 << 20
+STRATEGIES = ("symmetric", "asymmetric", "bulk", "auto")
+SETS = {1: (100_000, 3_000_000), 2: (1_000_000, 30_000_000)}
+
+
+def _sides() -> tuple[joinstate.Side, joinstate.Side]:
+    return (joinstate.Side(syn.CUSTOMER_SCHEMA, key=["c_customer_sk"],
+                           unique_key=["c_customer_sk"]),
+            joinstate.Side(syn.SALES_SCHEMA, key=["ss_customer_sk"]))
+
+
+def _settle(store: joinstate.StateStore, cfs: list[str], timeout: float) -> float:
+    """Wait until no compaction runs or is pending (auto-compaction is on again by now)."""
+    t = time.perf_counter()
+    while time.perf_counter() - t < timeout:
+        busy = any(
+            (store.property_int(cf, "rocksdb.num-running-compactions") or 0)
+            or (store.property_int(cf, "rocksdb.compaction-pending") or 0)
+            or (store.property_int(cf, "rocksdb.num-running-flushes") or 0)
+            for cf in cfs
+        )
+        if not busy:
+            break
+        time.sleep(0.1)
+    return time.perf_counter() - t
+
+
+def run_one(workdir: Path, strategy: str, order: str, n_small: int, n_big: int,
+            batch_rows: int, settle_timeout: float) -> dict[str, Any]:
+    """Populate one fresh store with one strategy and order; report plus settle time."""
+    path = workdir / f"{strategy}-{order}"
+    shutil.rmtree(path, ignore_errors=True)
+    gc.collect()
+    with joinstate.StateStore(path) as store:
+        ls, rs = _sides()
+        j = store.join("pop", left=ls, right=rs)
+        left = syn.customers(n_small)
+        right = syn.sales_batches(n_big, n_small, batch_rows)
+        before = statistics_counters(store.statistics())
+        t = time.perf_counter()
+        rep = population.populate(j, left, right, strategy=strategy, order=order,
+                                  progress=True, sizes={"left": n_small, "right": n_big},
+                                  batch_rows=batch_rows)
+        wall = time.perf_counter() - t
+        cfs = [c for s in ("left", "right") for c in j.index(s).column_families()]
+        settle = _settle(store, cfs, settle_timeout)
+        total = counter_delta(statistics_counters(store.statistics()), before)
+        l0_end = {cf: store.property_int(cf, "rocksdb.num-files-at-level0") for cf in cfs}
+        ok = rep.output_rows == n_big  # every sale has its customer
+    size_after = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    shutil.rmtree(path, ignore_errors=True)
+    d = rep.to_dict()
+    d.pop("l0_samples", None)
+    d.update(
+        bench_wall=round(wall, 3), settle_seconds=round(settle, 3),
+        settled_rocksdb=total, l0_after_settle=l0_end, state_bytes_settled=size_after,
+        correct=ok, l0_samples_n=len(rep.l0_samples),
+        l0_trace=[(t_, sum(v.values())) for t_, v in rep.l0_samples[:: max(
+            1, len(rep.l0_samples) // 40)]],
+    )
+    return d
+
+
+def strategies_table(rows: list[dict[str, Any]]) -> str:
+    """Render data sets 1/2 as markdown; speedups are over symmetric with the same order."""
+    base = {r["order"]: r["bench_wall"] for r in rows if r["strategy"]["name"] == "symmetric"
+            and r["label"] == "symmetric"}
+    base_total = {r["order"]: r["bench_wall"] + r["settle_seconds"] for r in rows
+                  if r["label"] == "symmetric"}
+    head = ("| strategy | order | wall s | rows/s | speedup | +settle s | speedup incl. settle "
+            "| written MiB | compaction r+w MiB (load / +settle) | compaction s | stall s "
+            "| L0 max | state MiB | peak RSS MiB | ok |")
+    out = [head, "|" + "---|" * 15]
+    for r in rows:
+        tot = r["bench_wall"] + r["settle_seconds"]
+        rb = r["rocksdb"]
+        sb = r["settled_rocksdb"]
+        comp = (rb["compaction_read_bytes"] + rb["compaction_write_bytes"]) / MIB
+        comp_s = (sb["compaction_read_bytes"] + sb["compaction_write_bytes"]) / MIB
+        out.append(
+            f"| {r['label']} | {r['order']} | {r['bench_wall']:.1f} | "
+            f"{r['rows_per_second']:,.0f} | "
+            f"{base.get(r['order'], float('nan')) / r['bench_wall']:.2f}x | "
+            f"{r['settle_seconds']:.1f} | {base_total.get(r['order'], float('nan')) / tot:.2f}x"
+            f" | {r['bytes_written'] / MIB:,.0f} | {comp:,.0f} / {comp_s:,.0f} | "
+            f"{sb['compaction_micros'] / 1e6:.1f} | {sb['stall_micros'] / 1e6:.2f} | "
+            f"{max(r['l0_max'].values(), default=0)} | {r['state_bytes_settled'] / MIB:,.0f} | "
+            f"{r['peak_rss'] / MIB:,.0f} | {'yes' if r['correct'] else 'NO'} |"
+        )
+    return "\n".join(out)
+
+
+# ---- data set 3: the memtable question -------------------------------------------------
+
+def memtable_one(workdir: Path, memtable: str, n_small: int, n_big: int,
+                 lookups: int) -> dict[str, Any]:
+    """Measure one small-side memtable: writes, in-memtable lookups, big-side pushes."""
+    path = workdir / f"memtable-{memtable}"
+    shutil.rmtree(path, ignore_errors=True)
+    # A memtable big enough that the whole small side stays in it: the case the hash
+    # skip list is meant for.  Probe cache off: every probe goes to RocksDB.
+    opts = joinstate.StoreOptions(write_buffer_size=512 * MIB, probe_cache_max_rows=0)
+    res: dict[str, Any] = {"memtable": memtable, "small_rows": n_small}
+    with joinstate.StateStore(path, opts) as store:
+        ls, rs = _sides()
+        j = store.join("m", left=ls, right=rs)
+        cf = j.index("left").cf
+        store.recreate_empty(cf, joinstate.IndexOptions(memtable=memtable))  # type: ignore[arg-type]
+        cust = syn.customers(n_small)
+        t = time.perf_counter()
+        for b in cust.to_batches(max_chunksize=65_536):
+            j.push("left", b)
+        res["write_rows_per_s"] = n_small / (time.perf_counter() - t)
+        h = store.cf(cf)
+        import rocksdict as rd
+
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)
+        keys = list(h.keys(read_opt=ro))
+        rng = random.Random(0)
+        sample = [rng.choice(keys) for _ in range(lookups)]
+        # Time-boxed: a vector memtable sorts itself for every read (~ms per get).
+        t = time.perf_counter()
+        done = 0
+        for k in sample:
+            h.get(k)
+            done += 1
+            if done % 64 == 0 and time.perf_counter() - t > 5.0:
+                break
+        res["get_per_s"] = done / (time.perf_counter() - t)
+        t = time.perf_counter()
+        done = 0
+        for i in range(0, len(sample), 100):
+            h.get(sample[i:i + 100])
+            done += len(sample[i:i + 100])
+            if time.perf_counter() - t > 5.0:
+                break
+        res["multiget_keys_per_s"] = done / (time.perf_counter() - t)
+        res["in_memtable_rows"] = store.property_int(cf, "rocksdb.num-entries-active-mem-table")
+        t = time.perf_counter()
+        for b in syn.sales_batches(n_big, n_small, 65_536):
+            j.push("right", b)
+        res["big_push_rows_per_s"] = n_big / (time.perf_counter() - t)
+    shutil.rmtree(path, ignore_errors=True)
+    return res
+
+
+def memtable_table(rows: list[dict[str, Any]]) -> str:
+    """Render data set 3 as markdown."""
+    out = ["| small-side memtable | small rows | write rows/s (join.push) | get/s (hits, "
+           "in memtable) | multi-get keys/s | big-side push rows/s (probe cache off: small "
+           "side re-read from RocksDB per batch) |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| {r['memtable']} | {r['small_rows']:,} | {r['write_rows_per_s']:,.0f} | "
+            f"{r['get_per_s']:,.0f} | {r['multiget_keys_per_s']:,.0f} | "
+            f"{r['big_push_rows_per_s']:,.0f} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen data sets and write JSON + markdown under ``--out``."""
+    p = argparse.ArgumentParser(prog="python -m bench population", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--set", dest="sets", default="1,3",
+                   help="data sets to run, comma-separated from 1,2,3 (default: %(default)s)")
+    p.add_argument("--small", type=int, help="small-side rows (overrides the set's size)")
+    p.add_argument("--large", type=int, help="big-side rows (overrides the set's size)")
+    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--orders", default="small-first,interleaved,as-given")
+    p.add_argument("--batch-rows", type=int, default=65_536)
+    p.add_argument("--settle-timeout", type=float, default=600.0,
+                   help="max seconds to wait for background compaction after populate")
+    p.add_argument("--memtable-small", type=int, default=100_000)
+    p.add_argument("--memtable-big", type=int, default=500_000)
+    p.add_argument("--lookups", type=int, default=20_000)
+    p.add_argument("--out", type=Path, default=Path("bench-results"))
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = args.out / "population-work"
+    work.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results: dict[str, Any] = {"started": stamp, "sets": {}}
+    md = [f"# population benchmark {stamp}", ""]
+    for s in (int(x) for x in args.sets.split(",")):
+        if s in SETS:
+            n_small, n_big = SETS[s]
+            n_small, n_big = args.small or n_small, args.large or n_big
+            rows = []
+            for order in args.orders.split(","):
+                for strategy in args.strategies.split(","):
+                    print(f"set {s}: {strategy} {order} {n_small:,} x {n_big:,}", flush=True)
+                    r = run_one(work, strategy, order, n_small, n_big, args.batch_rows,
+                                args.settle_timeout)
+                    r["label"] = strategy
+                    rows.append(r)
+                    print(f"  wall {r['bench_wall']:.1f}s settle {r['settle_seconds']:.1f}s "
+                          f"({r['strategy']['name']}: {r['reason']})", flush=True)
+            results["sets"][str(s)] = rows
+            md += [f"## data set {s}: {n_small:,} customers x {n_big:,} sales", "",
+                   strategies_table(rows), ""]
+        elif s == 3:
+            rows = [memtable_one(work, m, args.memtable_small, args.memtable_big, args.lookups)
+                    for m in ("skiplist", "hash_skip_list", "vector")]
+            results["sets"]["3"] = rows
+            md += ["## data set 3: small-side memtable", "", memtable_table(rows), ""]
+        else:
+            raise SystemExit(f"--set {s}: must be 1, 2 or 3")
+        (args.out / f"population-{stamp}.json").write_text(json.dumps(results, indent=1))
+        (args.out / f"population-{stamp}.md").write_text("\n".join(md))
+    shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(md))
+    print(f"\nwrote {args.out / f'population-{stamp}.json'} and .md")
+    return 0

@@ -1,0 +1,74 @@
+"""What RocksDB has done: statistics counters and the live compaction switches.
+
+Statistics are DB-wide and cumulative (rocksdict exposes no per-CF statistics), so a
+caller that wants the work of one phase takes two snapshots and subtracts.  Whether
+auto-compaction is currently disabled on a column family is read from RocksDB's latest
+``OPTIONS-*`` file, which RocksDB rewrites on every ``SetOptions``: the ground truth, not
+our bookkeeping.  Higher layers (``compaction``, ``population``) build on these; the
+core uses them in :meth:`joinstate.Join.stats`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["ACTIVITY_COUNTERS", "auto_compaction_flags", "statistics_counters"]
+
+ACTIVITY_COUNTERS = {
+    "compaction_read_bytes": "rocksdb.compact.read.bytes",
+    "compaction_write_bytes": "rocksdb.compact.write.bytes",
+    "compaction_micros": "rocksdb.compaction.times.micros.sum",
+    "compaction_cpu_micros": "rocksdb.compaction.times.cpu_micros.sum",
+    "compactions": "rocksdb.compaction.times.micros.count",
+    "flush_write_bytes": "rocksdb.flush.write.bytes",
+    "wal_bytes": "rocksdb.wal.bytes",
+    "memtable_bytes_written": "rocksdb.bytes.written",
+    "stall_micros": "rocksdb.stall.micros",
+    "write_stall_micros": "rocksdb.db.write.stall.sum",
+}
+"""Report name -> statistics name (histograms as ``<name>.sum`` / ``<name>.count``)."""
+
+_TICKER = re.compile(r"^(\S+) COUNT : (\d+)$")
+_HISTO = re.compile(r"^(\S+) P50 .* COUNT : (\d+) SUM : (\d+)$")
+
+
+def statistics_counters(text: str | None) -> dict[str, int]:
+    """Parse RocksDB's statistics dump into ``{name: value}``.
+
+    Tickers keep their name; histograms give ``<name>.count`` and ``<name>.sum``.
+    """
+    out: dict[str, int] = {}
+    if not text:
+        return out
+    for line in text.splitlines():
+        line = line.strip()
+        m = _TICKER.match(line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+            continue
+        m = _HISTO.match(line)
+        if m:
+            out[m.group(1) + ".count"] = int(m.group(2))
+            out[m.group(1) + ".sum"] = int(m.group(3))
+    return out
+
+
+def auto_compaction_flags(path: str | Path) -> dict[str, bool]:
+    """``{column family: auto-compaction disabled?}`` from RocksDB's latest OPTIONS file."""
+    files = sorted(
+        Path(path).glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1] or 0)
+    )
+    if not files:
+        return {}
+    out: dict[str, bool] = {}
+    cf: str | None = None
+    for line in files[-1].read_text().splitlines():
+        line = line.strip()
+        if line.startswith("[CFOptions "):
+            cf = line[len('[CFOptions "'):-2]
+        elif line.startswith("["):
+            cf = None
+        elif cf is not None and line.startswith("disable_auto_compactions="):
+            out[cf] = line.split("=", 1)[1] == "true"
+    return out

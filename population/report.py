@@ -1,0 +1,139 @@
+"""The population report: what was loaded, how long it took, and what RocksDB did meanwhile.
+
+Frozen and JSON-serialisable, so a benchmark can keep it and a planner can learn from it
+(DESIGN.md §4: statistics "from earlier runs").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Report", "SideReport"]
+
+
+@dataclass(frozen=True)
+class SideReport:
+    """One side: rows and batches applied, seconds spent, how they were written.
+
+    ``bulk_entries`` counts index entries (consolidated rows) written as SST files.
+    """
+
+    rows: int
+    batches: int
+    seconds: float
+    deletes: int = 0
+    finished_at: float | None = None
+    bulk_entries: int = 0
+    sst_files: int = 0
+    memtable: str | None = None
+
+    @property
+    def rows_per_second(self) -> float:
+        """Return rows applied per second spent on this side."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything :func:`population.populate` measured.
+
+    Byte counts come from RocksDB statistics, diffed over the population (DB-wide, so
+    they include every column family of the store).  ``bytes_written`` is what reached
+    the disk: WAL + memtable flushes + compaction output + ingested SST files.
+    ``l0_samples`` is ``[seconds since start, {column family: L0 files}]`` sampled at most
+    every ``sample_interval`` seconds; ``actions`` lists every compaction switch.
+    """
+
+    join: str
+    strategy: dict[str, Any]
+    reason: str
+    order: str
+    small_side: str | None
+    small_side_from: str
+    sides: dict[str, SideReport]
+    output_rows: int
+    output_weight: int
+    wall_seconds: float
+    bytes_written: int
+    ingested_bytes: int
+    rocksdb: dict[str, int]
+    l0_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    l0_max: dict[str, int] = field(default_factory=dict)
+    state_bytes: int = 0
+    rss_start: int = 0
+    peak_rss: int = 0
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    phase: str = "live"
+
+    @property
+    def rows(self) -> int:
+        """Return rows applied on both sides."""
+        return sum(s.rows for s in self.sides.values())
+
+    @property
+    def rows_per_second(self) -> float:
+        """Return input rows per wall-clock second."""
+        return self.rows / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def compaction_bytes(self) -> int:
+        """Return bytes compaction read plus bytes it wrote."""
+        return self.rocksdb.get("compaction_read_bytes", 0) + self.rocksdb.get(
+            "compaction_write_bytes", 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a plain dict (JSON-able) including the derived rates."""
+        d = dataclasses.asdict(self)
+        d["rows"] = self.rows
+        d["rows_per_second"] = round(self.rows_per_second, 1)
+        d["compaction_bytes"] = self.compaction_bytes
+        for name, s in self.sides.items():
+            d["sides"][name]["rows_per_second"] = round(s.rows_per_second, 1)
+        return d
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Serialise to JSON."""
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Report:
+        """Rebuild a report from :meth:`to_dict` output (derived fields are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        side_names = {f.name for f in dataclasses.fields(SideReport)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["sides"] = {
+            s: SideReport(**{k: v for k, v in r.items() if k in side_names})
+            for s, r in d["sides"].items()
+        }
+        kw["l0_samples"] = [(t, dict(v)) for t, v in d.get("l0_samples", [])]
+        return cls(**kw)
+
+    def summary(self) -> str:
+        """Return a few human-readable lines (what the CLI prints)."""
+        mib = 1 << 20
+        lines = [
+            f"join {self.join}: strategy {self.strategy.get('name')} ({self.reason or 'given'})"
+            f", order {self.order}, small side {self.small_side} ({self.small_side_from})",
+        ]
+        for name, s in self.sides.items():
+            lines.append(
+                f"  {name:<5} {s.rows:>12,} rows {s.batches:>6} batches {s.seconds:8.2f} s "
+                f"{s.rows_per_second:>12,.0f} rows/s  bulk {s.bulk_entries:,} entries in "
+                f"{s.sst_files} SST files"
+            )
+        lines.append(
+            f"  output {self.output_rows:,} rows (weight {self.output_weight:,}); wall "
+            f"{self.wall_seconds:.2f} s = {self.rows_per_second:,.0f} rows/s"
+        )
+        lines.append(
+            f"  written {self.bytes_written / mib:,.1f} MiB, compaction read+write "
+            f"{self.compaction_bytes / mib:,.1f} MiB in "
+            f"{self.rocksdb.get('compaction_micros', 0) / 1e6:.2f} s, stalls "
+            f"{self.rocksdb.get('stall_micros', 0) / 1e6:.2f} s, L0 max "
+            f"{max(self.l0_max.values(), default=0)}, state {self.state_bytes / mib:,.1f} MiB, "
+            f"peak RSS {self.peak_rss / mib:,.0f} MiB"
+        )
+        return "\n".join(lines)

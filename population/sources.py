@@ -1,0 +1,141 @@
+"""Population inputs: tables, record batches, readers, Parquet files, or any iterable of them.
+
+A source knows its row count when the input says so (a table, a list of batches, a
+Parquet footer) and whether it is a *whole snapshot* (all rows available up front, which
+is what makes sorted bulk loading attractive).  When neither side's size is known, the
+driver finds the small side by counting: it reads both sources in lockstep, buffering,
+until one runs out; the buffers hold at most about twice the small side.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from population.errors import PopulationError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["Source", "count_small"]
+
+DEFAULT_BATCH_ROWS = 65_536
+
+
+class Source:
+    """One side's input as a stream of non-empty record batches (or tables).
+
+    ``rows`` is the total if known up front, ``snapshot`` whether every row was available
+    at the start.  :meth:`next` returns ``None`` once the source is exhausted.
+    """
+
+    def __init__(self, side: str, data: Any, batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+        if batch_rows < 1:
+            raise PopulationError(f"batch_rows={batch_rows} must be >= 1")
+        self.side = side
+        self.rows: int | None = None
+        self.snapshot = False
+        self.buffer: deque[pa.RecordBatch | pa.Table] = deque()
+        self.exhausted = False
+        self.rows_read = 0
+        self._it: Iterator[Any]
+        if isinstance(data, pa.Table):
+            self.rows, self.snapshot = data.num_rows, True
+            self._it = iter(data.to_batches(max_chunksize=batch_rows))
+        elif isinstance(data, pa.RecordBatch):
+            self.rows, self.snapshot = data.num_rows, True
+            self._it = iter(pa.Table.from_batches([data]).to_batches(max_chunksize=batch_rows))
+        elif isinstance(data, pa.RecordBatchReader):
+            self._it = iter(data)
+        elif isinstance(data, str | Path):
+            import pyarrow.parquet as pq
+
+            try:
+                pf = pq.ParquetFile(str(data))
+            except (OSError, pa.ArrowException) as exc:
+                raise PopulationError(
+                    f"{side}: cannot read Parquet file {str(data)!r}: {exc}"
+                ) from exc
+            self.rows, self.snapshot = pf.metadata.num_rows, True
+            self._it = pf.iter_batches(batch_size=batch_rows)
+        elif isinstance(data, list | tuple):
+            self._check_items(data)
+            self.rows, self.snapshot = sum(b.num_rows for b in data), True
+            self._it = iter(data)
+        elif isinstance(data, Iterable):
+            self._it = iter(data)
+        else:
+            raise PopulationError(
+                f"{side}= must be a pyarrow Table, RecordBatch, RecordBatchReader, a Parquet "
+                f"path, or an iterable of record batches; got {type(data).__name__}"
+            )
+
+    def _check_items(self, items: Iterable[Any]) -> None:
+        for b in items:
+            if not isinstance(b, pa.RecordBatch | pa.Table):
+                raise PopulationError(
+                    f"{self.side}: batches must be pyarrow RecordBatch or Table, got "
+                    f"{type(b).__name__}"
+                )
+
+    def _pull(self) -> pa.RecordBatch | pa.Table | None:
+        while True:
+            try:
+                b = next(self._it)
+            except StopIteration:
+                self.exhausted = True
+                return None
+            if not isinstance(b, pa.RecordBatch | pa.Table):
+                raise PopulationError(
+                    f"{self.side}: batches must be pyarrow RecordBatch or Table, got "
+                    f"{type(b).__name__}"
+                )
+            if b.num_rows:
+                self.rows_read += b.num_rows
+                return b
+
+    def next(self) -> pa.RecordBatch | pa.Table | None:
+        """Return the next non-empty batch, or None when the source is exhausted."""
+        if self.buffer:
+            return self.buffer.popleft()
+        if self.exhausted:
+            return None
+        return self._pull()
+
+    def prefetch(self) -> bool:
+        """Read one more batch into the buffer; False if the source is exhausted."""
+        if self.exhausted:
+            return False
+        b = self._pull()
+        if b is None:
+            return False
+        self.buffer.append(b)
+        return True
+
+
+def count_small(sources: Mapping[str, Source]) -> tuple[str, dict[str, int | None]]:
+    """Find the small side by reading both sources in lockstep until one runs out.
+
+    Always advances the side that has read fewer rows, so the first side to run out is
+    the smaller one and the other has buffered at most about as many rows.  Returns the
+    small side and the sizes (exact for the small side, a lower bound dropped to None
+    for the other unless it also ran out).
+    """
+    left, right = sources["left"], sources["right"]
+    while True:
+        if left.exhausted or right.exhausted:
+            break
+        s = left if left.rows_read <= right.rows_read else right
+        s.prefetch()
+    if left.exhausted and right.exhausted:
+        small = "left" if left.rows_read <= right.rows_read else "right"
+    else:
+        small = "left" if left.exhausted else "right"
+    sizes: dict[str, int | None] = {
+        name: (src.rows_read if src.exhausted else None) for name, src in sources.items()
+    }
+    return small, sizes
