@@ -273,6 +273,7 @@ def populate(
     *,
     sizes: Mapping[str, int] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    go_live: bool = True,
 ) -> Report:
     """Load both sides of ``join`` from existing data, emit the initial output, go live.
 
@@ -284,6 +285,9 @@ def populate(
     left then right.  ``sink`` receives every non-empty output delta.  ``sizes``
     (``{"left": n, "right": m}``) tells the driver the row counts when the inputs
     cannot; otherwise it counts.  The small side is never inferred from its name.
+
+    ``go_live=False`` leaves the join in the population phase, for drivers that load
+    the sides in separate calls (Spark runs the small side's job, then the big side's).
 
     The resulting state and the sum of the output deltas do not depend on the strategy
     or the order.  Auto-compaction is re-enabled on every column family on every exit
@@ -370,7 +374,8 @@ def populate(
                     except Exception:
                         log.exception("a compaction policy failed while population failed")
                 run.restore_write_buffer()
-        join.set_phase("live")
+        if go_live:
+            join.set_phase("live")
     finally:
         bar.close()
         if run.ingester is not None:

@@ -245,9 +245,12 @@ def _population_backend() -> Callable[..., Any] | None:
 
 def populate_shard(
     join: Join, side: Side, batches: Iterator[pa.Table], *, strategy: str,
-    sizes: dict[str, int] | None, sink: Callable[[pa.Table], Any],
+    sizes: dict[str, int] | None, sink: Callable[[pa.Table], Any], go_live: bool = True,
 ) -> dict[str, Any]:
     """Load ``batches`` into ``side`` of one shard's join; output deltas go to ``sink``.
+
+    ``go_live`` is False for the first (small side's) job, so the join stays in the
+    population phase until the second job has loaded the other side.
 
     With the ``population`` package, its driver runs with the other side empty (that
     side is loaded, or will be, by the other job) and the join's strategy; without it,
@@ -262,6 +265,8 @@ def populate_shard(
         params = inspect.signature(populate).parameters
         if sizes is not None and "sizes" in params:
             kwargs["sizes"] = sizes
+        if "go_live" in params:
+            kwargs["go_live"] = go_live
         report = populate(join, **kwargs)
         detail = report.to_dict() if hasattr(report, "to_dict") else {"report": str(report)}
         return {"driver": "population", **detail}
@@ -323,7 +328,7 @@ class PopulateTask(_ShardTask):
                 with parquet_out(path) as out:
                     detail = populate_shard(join, self.side, iter(counted),
                                             strategy=self.strategy, sizes=self.sizes,
-                                            sink=out.write)
+                                            sink=out.write, go_live=self.final)
                 # Mark this side loaded (an empty push: just the commit id, one WriteBatch).
                 join.push(self.side, self.manifest.side(self.side).schema.empty_table(),
                           commit_id=self.marker)
