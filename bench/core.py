@@ -29,7 +29,7 @@ import pyarrow as pa
 import rocksdict as rd
 
 import joinstate
-from bench.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
+from population.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -2,8 +2,9 @@
 
 What it shows, end to end on one machine:
 
-1. population: customers (small side, unique key) then sales (big side) are pushed in
-   Arrow batches; the output deltas are the initial join result;
+1. population: ``population.populate`` loads customers (the small side, unique key)
+   then sales (the big side) with the strategy it picks, steering RocksDB compaction;
+   the output deltas are the initial join result;
 2. live phase: a batch of customer updates (-old, +new) and a batch of sales deletes;
 3. correctness: the sum of every output delta equals DuckDB's join of the final inputs
    (compared as multisets), and the store reopens with the same state.
@@ -22,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import joinstate
-from bench.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
+import population
+from population.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
 
 __all__ = ["main", "run_demo"]
 
@@ -64,7 +66,9 @@ def _join(store: joinstate.StateStore) -> joinstate.Join:
     )
 
 
-def run_demo(state_dir: Path, n_customers: int, n_sales: int, batch_rows: int) -> int:
+def run_demo(
+    state_dir: Path, n_customers: int, n_sales: int, batch_rows: int, progress: bool = True
+) -> int:
     """Run the demo; returns 0 if the result matches DuckDB, 1 otherwise."""
     shutil.rmtree(state_dir, ignore_errors=True)
     cust = customers(n_customers)
@@ -72,17 +76,11 @@ def run_demo(state_dir: Path, n_customers: int, n_sales: int, batch_rows: int) -
     outputs: list[pa.Table] = []
     with joinstate.StateStore(state_dir) as store:
         join = _join(store)
-        t0 = time.perf_counter()
-        for b in cust.to_batches(max_chunksize=batch_rows):
-            outputs.append(join.push("left", b))
-        t1 = time.perf_counter()
-        for b in sales.to_batches(max_chunksize=batch_rows):
-            outputs.append(join.push("right", b))
-        t2 = time.perf_counter()
-        join.set_phase("live")
-        print(f"population: {n_customers:,} customers in {t1 - t0:.2f}s, "
-              f"{n_sales:,} sales in {t2 - t1:.2f}s ({n_sales / (t2 - t1):,.0f} rows/s), "
-              f"{sum(o.num_rows for o in outputs):,} output rows")
+        report = population.populate(
+            join, left=cust, right=sales, strategy="auto", order="small-first",
+            sink=outputs.append, progress=progress, batch_rows=batch_rows,
+        )
+        print(report.summary())
 
         # Live phase: 1% of customers change their last name; 1% of sales are deleted.
         rng = np.random.default_rng(42)

@@ -29,8 +29,8 @@ from typing import Any
 
 import joinstate
 import population
-from bench import synthetic as syn
 from compaction.metrics import counter_delta, statistics_counters
+from population import synthetic as syn
 
 MIB = 1 << 20
 STRATEGIES = ("symmetric", "asymmetric", "bulk", "auto")

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import joinstate
-from bench import synthetic as syn
+from population import synthetic as syn
 
 
 def _sides() -> tuple[joinstate.Side, joinstate.Side]:

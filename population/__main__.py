@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _inputs(args: argparse.Namespace) -> tuple[Any, Any, joinstate.Side, joinstate.Side]:
     if args.synthetic:
-        from bench import synthetic as syn
+        from population import synthetic as syn
 
         try:
             n_c, n_s = (int(x) for x in args.synthetic.split(","))

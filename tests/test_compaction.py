@@ -16,7 +16,7 @@ import compaction
 import joinstate
 import population
 import population.driver
-from bench import synthetic as syn
+from population import synthetic as syn
 
 if TYPE_CHECKING:
     import pyarrow as pa
