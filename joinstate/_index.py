@@ -238,6 +238,7 @@ class SideIndex:
         # push for nothing, so it is dropped and rebuilt by the cost rule when needed.
         self.cache_used = False
         self._rows_per_key_seen: float | None = None
+        self._probe_rent_us = 0.0  # estimated cost of point probes since the last write
 
     # ---- names & stats ----------------------------------------------------------------
 
@@ -460,8 +461,8 @@ class SideIndex:
             )
         entries_delta = 0
         put_rows = np.flatnonzero(final == 1)
-        for i in put_rows.tolist():
-            ops.put(self.cf, skeys[i], enc_list[i])
+        puts = put_rows.tolist()
+        ops.put_many(self.cf, [skeys[i] for i in puts], [enc_list[i] for i in puts])
         gone = present & matched_any
         gone[inv[put_rows]] = False
         for gi in np.flatnonzero(gone).tolist():
@@ -565,12 +566,18 @@ class SideIndex:
                 point = nq * COST_GET_US
             else:
                 point = nq * (COST_SEEK_US + per_key * COST_ROW_US)
-            if entries * COST_SCAN_US <= point:
+            # Ski rental: point probes are "rented", a scan into the cache is "bought".
+            # Buy once the rent paid since this side last changed reaches the price, so a
+            # side probed by many batches (a dimension while the fact streams in) gets
+            # cached, at most twice the cost of the best choice in hindsight.
+            if entries * COST_SCAN_US <= point + self._probe_rent_us:
                 cache = self.build_cache()
                 if len(cache) <= self.store.options.probe_cache_max_rows:
                     self.cache = cache
                     self.cache_used = True
+                self._probe_rent_us = 0.0
                 return cache.probe(qcanon, qhash)
+            self._probe_rent_us += point
         if self.cache is not None:
             self.cache_used = True
             return self.cache.probe(qcanon, qhash)
@@ -630,6 +637,7 @@ class SideIndex:
 
     def after_write(self, batch: Batch) -> None:
         """Keep the probe cache coherent with a batch that was just written."""
+        self._probe_rent_us = 0.0
         if self.cache is None:
             return
         if not self.cache_used:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import rocksdict as rd
 
 from joinstate._bytes import Bytes
-from joinstate._index import Batch, Entries, Op, Ops, SideIndex, Staged
+from joinstate._index import Batch, Entries, Ops, SideIndex, Staged
 from joinstate._zset import expand, sum_by
 from joinstate.activity import auto_compaction_flags
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
@@ -181,14 +181,15 @@ class Join:
 
     def apply(
         self, side: Literal["left", "right"], batch: Batch, *, commit_id: str | None = None,
-        sink: Callable[[list[Op]], None] | None = None,
+        sink: Callable[[Ops], None] | None = None,
     ) -> pa.Table:
         """Apply a prepared batch; see :meth:`push`.
 
-        ``sink``, if given, receives the data writes (column family, key, value-or-None)
-        instead of a WriteBatch, e.g. to write them as sorted SST files for ingestion;
-        counters are still written through a WriteBatch after the sink returns.  Only
-        the bulk-load path uses it: it gives up atomicity with the counters.
+        ``sink``, if given, receives the data writes as :class:`~joinstate._index.Ops`
+        (per column family: keys and values; a None value deletes) instead of a
+        WriteBatch, e.g. to write them as sorted SST files for ingestion; counters are
+        still written through a WriteBatch after the sink returns.  Only the bulk-load
+        path uses it: it gives up atomicity with the counters.
         """
         store = self._require_store()
         s, o = self._sides(side)
@@ -208,7 +209,7 @@ class Join:
             out = self._output(side, s, o, batch, staged)
         wb = rd.WriteBatch(raw_mode=True)
         if sink is not None:
-            sink(ops.flat())
+            sink(ops)
         else:
             ops.fill(wb, store.handle)
         meta = store.stage_meta_ints(wb, stats)

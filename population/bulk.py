@@ -16,14 +16,15 @@ options (pitfall 8), keys are strictly ascending (checked), and the WAL switch i
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import time
 from contextlib import contextmanager
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import rocksdict as rd
 
 from joinstate import StateCorruptedError
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from joinstate import StateStore
+    from joinstate._index import Ops
 
 __all__ = ["SstIngester", "wal_disabled"]
 
@@ -46,7 +48,7 @@ class SstIngester:
         self.store = store
         self.run_rows = run_rows
         self.tmp = Path(store.path) / "population-sst"
-        self.pending: dict[str, dict[str, list[tuple[bytes, bytes]]]] = {}
+        self.pending: dict[str, dict[str, tuple[list[bytes], list[bytes]]]] = {}
         self.pending_rows: dict[str, int] = {}
         self.files: dict[str, int] = {}
         self.rows: dict[str, int] = {}
@@ -62,17 +64,21 @@ class SstIngester:
         redo the batch through a normal WriteBatch.
         """
 
-        def collect(ops: list[tuple[str, bytes, bytes | None]]) -> None:
-            for cf, _k, v in ops:
-                if v is None:
+        def collect(ops: Ops) -> None:
+            for cf, _keys, values in ops.blocks:
+                if None in values:
                     raise BulkLoadRefused(
                         f"{side}: a bulk-loaded batch deletes from {cf}; only appends "
                         "can be ingested"
                     )
             per_cf = self.pending.setdefault(side, {})
-            for cf, k, v in ops:
-                per_cf.setdefault(cf, []).append((k, v))  # type: ignore[arg-type]
-            self.pending_rows[side] = self.pending_rows.get(side, 0) + len(ops)
+            n = 0
+            for cf, keys, values in ops.blocks:
+                got = per_cf.setdefault(cf, ([], []))
+                got[0].extend(keys)
+                got[1].extend(values)  # type: ignore[arg-type]
+                n += len(keys)
+            self.pending_rows[side] = self.pending_rows.get(side, 0) + n
 
         return collect
 
@@ -93,23 +99,16 @@ class SstIngester:
             return
         t = time.perf_counter()
         self.tmp.mkdir(exist_ok=True)
-        for cf, items in per_cf.items():
-            if not items:
+        for cf, (keys, values) in per_cf.items():
+            if not keys:
                 continue
-            items.sort(key=itemgetter(0))
+            order = _sorted_order(keys)
             self._seq += 1
             path = self.tmp / f"{self._seq:06d}.sst"
             writer = rd.SstFileWriter(options=self.store.cf_options(cf))
             writer.open(str(path))
-            prev = b""
-            for k, v in items:
-                if k <= prev and prev:
-                    raise StateCorruptedError(
-                        f"bulk load into {cf}: duplicate key {k.hex()} in one run; the "
-                        "index produced the same key twice"
-                    )
-                writer[k] = v
-                prev = k
+            for i in order:
+                writer[keys[i]] = values[i]
             writer.finish()
             size = path.stat().st_size
             opts = rd.IngestExternalFileOptions()
@@ -117,8 +116,8 @@ class SstIngester:
             self.store.cf(cf).ingest_external_file([str(path)], opts)
             self.bytes += size
             self.files[side] = self.files.get(side, 0) + 1
-            self.rows[side] = self.rows.get(side, 0) + len(items)
-            log.debug("ingested %d rows (%d bytes) into %s", len(items), size, cf)
+            self.rows[side] = self.rows.get(side, 0) + len(keys)
+            log.debug("ingested %d rows (%d bytes) into %s", len(keys), size, cf)
         self.seconds += time.perf_counter() - t
 
     def ingest_all(self) -> None:
@@ -131,6 +130,29 @@ class SstIngester:
         self.pending.clear()
         self.pending_rows.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _sorted_order(keys: list[bytes]) -> list[int]:
+    """Positions of ``keys`` in ascending byte order; raises on a duplicate key.
+
+    Equal-length keys (integer join keys: prefix + key + row hash + seq) are sorted by
+    numpy as fixed-width byte strings, which compare like memcmp; others by Python.
+    """
+    n = len(keys)
+    widths = set(map(len, keys))
+    if len(widths) == 1:
+        arr = np.frombuffer(b"".join(keys), dtype=f"S{widths.pop()}")
+        order = np.argsort(arr)  # keys are unique (checked below): stability is moot
+        s = arr[order]
+        if n > 1 and bool((s[1:] == s[:-1]).any()):
+            msg = "bulk load: the index produced one key twice in a run"
+            raise StateCorruptedError(msg)
+        return list(order.tolist())
+    idx = sorted(range(n), key=keys.__getitem__)
+    if any(keys[a] == keys[b] for a, b in itertools.pairwise(idx)):
+        msg = "bulk load: the index produced one key twice in a run"
+        raise StateCorruptedError(msg)
+    return idx
 
 
 @contextmanager
