@@ -570,7 +570,10 @@ class SideIndex:
             # Buy once the rent paid since this side last changed reaches the price, so a
             # side probed by many batches (a dimension while the fact streams in) gets
             # cached, at most twice the cost of the best choice in hindsight.
-            if entries * COST_SCAN_US <= point + self._probe_rent_us:
+            # Rent only counts when the scan can be kept as the cache.
+            rent = self._probe_rent_us if entries <= self.store.options.probe_cache_max_rows \
+                else 0.0
+            if entries * COST_SCAN_US <= point + rent:
                 cache = self.build_cache()
                 if len(cache) <= self.store.options.probe_cache_max_rows:
                     self.cache = cache

@@ -160,6 +160,11 @@ class _Run:
             self.memtables[side] = current
             if want is None or self.small is None or want == current:
                 continue
+            if self.join.rows(side):
+                # Loaded by an earlier call (a driver loading one side per call): its
+                # memtable was chosen then; nothing to do, nothing to warn about.
+                log.debug("keeping the memtable of %s: the side is already loaded", cf)
+                continue
             try:
                 self.store.recreate_empty(cf, IndexOptions(memtable=want))
                 self.memtables[side] = want
