@@ -27,13 +27,22 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import rocksdict as rd
 
 from joinstate._bytes import Bytes
+from joinstate._ops import Ops
+from joinstate._probe import (
+    COST_GET_US,
+    COST_ROW_US,
+    COST_SCAN_US,
+    COST_SEEK_US,
+    Entries,
+    ProbeCache,
+)
 from joinstate._zset import Groups, group_keys, group_rows, sum_by
 from joinstate.codec import RowCodec
 from joinstate.errors import (
@@ -46,75 +55,14 @@ from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash
 from joinstate.schema import conform_delta
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from joinstate.store import StateStore
 
-__all__ = ["Batch", "Op", "Ops", "ProbeCache", "SideIndex"]
+__all__ = ["Batch", "SideIndex", "Staged"]
 
-Op = tuple[str, bytes, bytes | None]
-"""A staged write: (column family, key, value); value None deletes the key."""
-
-
-class Ops:
-    """Staged writes of one push, kept as per-column-family blocks.
-
-    Blocks keep the WriteBatch fill loop tight (one handle per block, no per-row lookups)
-    and let a bulk loader take each family's keys as one list.
-    """
-
-    __slots__ = ("blocks",)
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[str, list[bytes], list[bytes | None]]] = []
-
-    def put_many(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
-        self.blocks.append((cf, keys, values))  # type: ignore[arg-type]
-
-    def put(self, cf: str, key: bytes, value: bytes | None) -> None:
-        if self.blocks and self.blocks[-1][0] == cf and len(self.blocks[-1][1]) < 4096:
-            self.blocks[-1][1].append(key)
-            self.blocks[-1][2].append(value)
-        else:
-            self.blocks.append((cf, [key], [value]))
-
-    def delete(self, cf: str, key: bytes) -> None:
-        self.put(cf, key, None)
-
-    def __len__(self) -> int:
-        return sum(len(k) for _, k, _ in self.blocks)
-
-    def flat(self) -> list[Op]:
-        """Every write as a (cf, key, value) tuple, in staging order."""
-        return [(cf, k, v) for cf, ks, vs in self.blocks for k, v in zip(ks, vs, strict=True)]
-
-    def fill(self, wb: rd.WriteBatch, handle: Callable[[str], Any]) -> None:
-        """Add every write to ``wb`` (each with its column-family handle: pitfall 1)."""
-        for cf, keys, values in self.blocks:
-            h = handle(cf)
-            put = wb.put
-            if None in values:
-                for k, v in zip(keys, values, strict=True):
-                    if v is None:
-                        wb.delete(k, h)
-                    else:
-                        put(k, v, h)
-            else:
-                for k, v in zip(keys, values, strict=True):
-                    put(k, v, h)
-
-_I64 = struct.Struct("<q")
-_SEQ = struct.Struct(">Q")
-
-# Cost model of a probe, in microseconds per unit, measured on the project machine
-# (ROCKSDICT.md and bench/core.py): a cached point get; opening a bounded iterator at a key
-# prefix; one row read through it (``values()``, incl. decode); one row of a full scan
-# (``values()`` at ~0.25 µs plus bulk decode and key hashing).
-COST_GET_US = 5.0
-COST_SEEK_US = 12.0
-COST_ROW_US = 0.6
-COST_SCAN_US = 0.6
-
+_I64 = struct.Struct("<q")  # counts and degrees in values
+_SEQ = struct.Struct(">Q")  # batch sequence, big-endian so entries sort by batch
 
 @dataclass
 class Batch:
@@ -135,80 +83,12 @@ class Batch:
 
 
 @dataclass
-class Entries:
-    """Stored entries of a side returned by a probe, each tagged with its query group."""
-
-    rows: pa.Table
-    w: np.ndarray
-    q: np.ndarray
-
-
-@dataclass
 class Staged:
     """What a push will change in this index once its WriteBatch is written."""
 
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     deg_old: np.ndarray | None = None
     deg_new: np.ndarray | None = None
-
-
-class ProbeCache:
-    """The whole side as Arrow, sorted by key hash: an in-memory hash-join build side.
-
-    Asymmetry makes this affordable: the small side of a join fits in memory, and
-    probing it with numpy ``searchsorted`` costs ~0.1 µs per row against ~5 µs for a
-    RocksDB get from Python.  It is kept coherent by applying every consolidated delta of
-    its side (see :meth:`apply`).
-    """
-
-    def __init__(
-        self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
-        khash: np.ndarray,
-    ) -> None:
-        order = np.argsort(khash, kind="stable")
-        self.rows = rows
-        self.w = w
-        self.rh = rh
-        self.enc = enc
-        self.canon = canon
-        self.khash = khash
-        self.order = order
-        self.sorted_hash = khash[order]
-
-    def __len__(self) -> int:
-        return len(self.w)
-
-    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
-        lo = np.searchsorted(self.sorted_hash, qhash, side="left")
-        hi = np.searchsorted(self.sorted_hash, qhash, side="right")
-        cnt = (hi - lo).astype(np.int64)
-        total = int(cnt.sum())
-        q = np.repeat(np.arange(len(qhash), dtype=np.int64), cnt)
-        first_out = np.cumsum(cnt) - cnt
-        pos = np.repeat(lo - first_out, cnt) + np.arange(total, dtype=np.int64)
-        e = self.order[pos]
-        ok = qcanon.take(q).equals(self.canon.take(e)) if total else np.zeros(0, bool)
-        if not ok.all():
-            e, q = e[ok], q[ok]
-        return Entries(self.rows.take(pa.array(e)), self.w[e], q)
-
-    def apply(self, batch: Batch, keep: np.ndarray) -> ProbeCache:
-        """A new cache with the non-NULL-key rows ``keep`` of ``batch`` merged in."""
-        idx = np.flatnonzero(keep)
-        rows = pa.concat_tables([self.rows, batch.rows.take(pa.array(idx))])
-        w = np.concatenate([self.w, batch.w[idx]])
-        rh = Bytes.concat([self.rh, batch.rh.take(idx)])
-        enc = Bytes.concat([self.enc, batch.enc.take(idx)])
-        canon = Bytes.concat([self.canon, batch.canon.take(idx)])
-        khash = np.concatenate([self.khash, batch.khash[idx]])
-        g = group_rows(rh, enc)
-        sums = sum_by(g.inv, w, len(g))
-        live = g.first[sums != 0]
-        sel = pa.array(live)
-        return ProbeCache(
-            rows.take(sel), sums[sums != 0], rh.take(live), enc.take(live), canon.take(live),
-            khash[live],
-        )
 
 
 class SideIndex:

@@ -22,7 +22,9 @@ import pyarrow as pa
 import rocksdict as rd
 
 from joinstate._bytes import Bytes
-from joinstate._index import Batch, Entries, Ops, SideIndex, Staged
+from joinstate._index import Batch, SideIndex, Staged
+from joinstate._ops import Ops
+from joinstate._probe import Entries
 from joinstate._zset import expand, sum_by
 from joinstate.activity import auto_compaction_flags
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
@@ -185,7 +187,7 @@ class Join:
     ) -> pa.Table:
         """Apply a prepared batch; see :meth:`push`.
 
-        ``sink``, if given, receives the data writes as :class:`~joinstate._index.Ops`
+        ``sink``, if given, receives the data writes as :class:`~joinstate._ops.Ops`
         (per column family: keys and values; a None value deletes) instead of a
         WriteBatch, e.g. to write them as sorted SST files for ingestion; counters are
         still written through a WriteBatch after the sink returns.  Only the bulk-load

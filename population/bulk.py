@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from joinstate import StateStore
-    from joinstate._index import Ops
+    from joinstate._ops import Ops
 
 __all__ = ["SstIngester", "wal_disabled"]
 
