@@ -438,7 +438,10 @@ class SideIndex:
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
         """All stored entries whose join key equals one of the queries (distinct keys)."""
         nq = len(qhash)
-        if self.cache is None and nq:
+        mode = self.store.options.probe
+        if self.cache is not None and mode == "point":
+            self.cache = None
+        if self.cache is None and nq and mode != "point":
             entries = max(self.entries, 0)
             known = self._known_keys()
             per_key = entries / known if known else self._rows_per_key_seen or 1.0
@@ -453,7 +456,7 @@ class SideIndex:
             # Rent only counts when the scan can be kept as the cache.
             rent = self._probe_rent_us if entries <= self.store.options.probe_cache_max_rows \
                 else 0.0
-            if entries * COST_SCAN_US <= point + rent:
+            if mode == "scan" or entries * COST_SCAN_US <= point + rent:
                 cache = self.build_cache()
                 if len(cache) <= self.store.options.probe_cache_max_rows:
                     self.cache = cache

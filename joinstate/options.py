@@ -19,13 +19,18 @@ import rocksdict as rd
 
 from joinstate.errors import OptionsError
 
-__all__ = ["Compression", "IndexOptions", "Memtable", "StoreOptions"]
+__all__ = ["Compression", "IndexOptions", "Memtable", "ProbeMode", "StoreOptions"]
 
 Memtable = Literal["skiplist", "hash_skip_list", "hash_link_list", "vector"]
+ProbeMode = Literal["auto", "point", "scan"]
+"""How a push reads the other side: ``auto`` by the cost model (DESIGN.md §2a), ``point``
+always by multi-get / bounded prefix iteration, ``scan`` always by a full scan into the
+probe cache (kept within ``probe_cache_max_rows``)."""
 Compression = Literal["none", "snappy", "lz4", "zstd"]
 
 _MEMTABLES: tuple[str, ...] = ("skiplist", "hash_skip_list", "hash_link_list", "vector")
 _COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "lz4", "zstd")
+_PROBES: tuple[str, ...] = ("auto", "point", "scan")
 _MIB = 1 << 20
 
 
@@ -94,6 +99,7 @@ class StoreOptions:
     max_background_jobs: int = 2
     statistics: bool = True
     probe_cache_max_rows: int = 2_000_000
+    probe: ProbeMode = "auto"
     index_overrides: Mapping[str, IndexOptions] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -109,6 +115,8 @@ class StoreOptions:
         )
         if self.compression not in _COMPRESSIONS:
             problems.append(f"compression={self.compression!r} must be one of {_COMPRESSIONS}")
+        if self.probe not in _PROBES:
+            problems.append(f"probe={self.probe!r} must be one of {_PROBES}")
         if self.memtable not in _MEMTABLES:
             problems.append(f"memtable={self.memtable!r} must be one of {_MEMTABLES}")
         for flag in ("wal", "disable_auto_compactions", "statistics"):

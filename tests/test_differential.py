@@ -374,8 +374,16 @@ class JoinHarness:
     sides' ``state()`` against the summed inputs.
     """
 
-    def __init__(self, path: Path, case: JoinCase, how: str, rng: random.Random) -> None:
-        """Create the store (with explicit options, as a first run would) and the join."""
+    def __init__(
+        self, path: Path, case: JoinCase, how: str, rng: random.Random, probe: str = "auto"
+    ) -> None:
+        """Create the store (with explicit options, as a first run would) and the join.
+
+        ``probe`` forces how pushes read the other side (see ``StoreOptions.probe``), so
+        that every probe path -- multi-get, bounded prefix iteration, scan + cache -- is
+        checked against the oracle, not only the one the cost model picks for tiny sides.
+        """
+        self.options = joinstate.StoreOptions(probe=cast("joinstate.options.ProbeMode", probe))
         self.path = path
         self.case = case
         self.how = how
@@ -383,7 +391,7 @@ class JoinHarness:
         self.models = {"left": SideModel(case.left), "right": SideModel(case.right)}
         self.output: Counter[Row] = Counter()
         self.history: list[tuple[str, list[Entry]]] = []
-        self.store = joinstate.StateStore(str(path), options=joinstate.StoreOptions())
+        self.store = joinstate.StateStore(str(path), options=self.options)
         self.join = self._attach()
 
     def __enter__(self) -> JoinHarness:
@@ -412,7 +420,7 @@ class JoinHarness:
     def reopen(self) -> None:
         """Close and reopen the store from its path, then check nothing was lost."""
         self.store.close()
-        self.store = joinstate.StateStore(str(self.path))
+        self.store = joinstate.StateStore(str(self.path), options=self.options)
         self.join = self._attach()
         self.check_state("after close/reopen")
 
@@ -509,22 +517,35 @@ def run_random_stream(
 # --------------------------------------------------------------------------- tests
 
 
+PROBES = ["auto", "point", "scan"]
+
+
+@pytest.mark.parametrize("probe", PROBES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("how", JOIN_TYPES)
-def test_random_stream_matches_oracle(tmp_path: Path, how: str, case: JoinCase, seed: int) -> None:
-    """Seeded random streams: outputs integrate to the oracle's join after every push."""
+def test_random_stream_matches_oracle(
+    tmp_path: Path, how: str, case: JoinCase, seed: int, probe: str
+) -> None:
+    """Seeded random streams: outputs integrate to the oracle's join after every push.
+
+    Run over every probe path (``StoreOptions.probe``): a contract test, since each path
+    must give the same answer.
+    """
     rng = random.Random(f"{case.name}/{how}/{seed}")
-    with JoinHarness(tmp_path / "store", case, how, rng) as harness:
+    with JoinHarness(tmp_path / "store", case, how, rng, probe) as harness:
         run_random_stream(harness, rng, pushes=20)
 
 
+@pytest.mark.parametrize("probe", ["auto", "point"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("how", JOIN_TYPES)
-def test_rejected_batches_leave_no_trace(tmp_path: Path, how: str, case: JoinCase) -> None:
+def test_rejected_batches_leave_no_trace(
+    tmp_path: Path, how: str, case: JoinCase, probe: str
+) -> None:
     """Streams with illegal batches mixed in: each fails as a whole and later pushes stay exact."""
     rng = random.Random(f"rejected/{case.name}/{how}")
-    with JoinHarness(tmp_path / "store", case, how, rng) as harness:
+    with JoinHarness(tmp_path / "store", case, how, rng, probe) as harness:
         run_random_stream(harness, rng, pushes=16, rejected_rate=0.3)
 
 
@@ -647,3 +668,17 @@ def test_hypothesis_streams_match_oracle(
                 harness.models[side], HYPOTHESIS_PAYLOADS[side], inserts, deletes
             )
             harness.push(side, entries)
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_probe_mode_takes_the_path_it_names(tmp_path: Path, probe: str) -> None:
+    """The probe modes above really differ: "point" never builds the in-memory probe
+    cache, "scan" always does, "auto" does for a side this small (scanning is cheaper)."""
+    rng = random.Random(3)
+    with JoinHarness(tmp_path / "store", PLAIN, "inner", rng, probe) as harness:
+        run_random_stream(harness, rng, pushes=6)
+        harness.push("left", [])
+        cached = [harness.join.stats()[s]["probe_cache_rows"] is not None
+                  for s in ("left", "right")]
+        assert any(cached) == (probe != "point")
+
