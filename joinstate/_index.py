@@ -506,6 +506,23 @@ class SideIndex:
                 rows, w, q = rows.take(pa.array(keep)), w[keep], q[keep]
         return Entries(rows, w, q)
 
+    def count_distinct_keys(self) -> int:
+        """Distinct non-NULL join keys stored, by a pass over the index.
+
+        Bag keys end in a fixed 24 bytes (row hash + batch seq), so the join key part is
+        read off the RocksDB keys without decoding a single row; the unique layout's
+        suffix has no fixed width, so its rows are decoded and re-encoded.
+        """
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)
+        if self.layout == "bag":
+            return len({k[:-24] for k in self.store.cf(self.cf).keys(read_opt=ro)})
+        if self.layout == "key":
+            return self.entries
+        rows, _, _ = self.scan()
+        canon, _ = self.key_codec.encode(rows)
+        return len(set(canon.to_list()))
+
     def _known_keys(self) -> int | None:
         if self.layout == "key":
             return self.entries

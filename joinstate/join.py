@@ -429,9 +429,7 @@ class Join:
         for label, idx in (("left", self.left), ("right", self.right)):
             keys: int | None = idx._known_keys()
             if keys is None:
-                rows, _, _ = idx.scan()
-                canon, _ = idx.key_codec.encode(rows)
-                keys = len(set(canon.to_list()))
+                keys = idx.count_distinct_keys()
             props: dict[str, dict[str, Any]] = {}
             total_bytes = 0
             for cf in idx.column_families():
