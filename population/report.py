@@ -74,6 +74,22 @@ class Report:
         return sum(s.rows for s in self.sides.values())
 
     @property
+    def compaction_bytes(self) -> int:
+        """Bytes RocksDB compaction read plus wrote during the population."""
+        return int(self.rocksdb.get("compaction_read_bytes", 0)
+                   + self.rocksdb.get("compaction_write_bytes", 0))
+
+    @property
+    def compaction_seconds(self) -> float:
+        """Wall time RocksDB spent in compactions during the population (all threads)."""
+        return self.rocksdb.get("compaction_micros", 0) / 1e6
+
+    @property
+    def stall_seconds(self) -> float:
+        """Time writers were stalled by RocksDB (too many L0 files, pending bytes)."""
+        return self.rocksdb.get("stall_micros", 0) / 1e6
+
+    @property
     def rows_per_second(self) -> float:
         """Return input rows per wall-clock second."""
         return self.rows / self.wall_seconds if self.wall_seconds > 0 else 0.0

@@ -213,6 +213,10 @@ def test_report_fields_consistent(tmp_path: Any) -> None:
     assert rep.l0_samples and set(rep.l0_max) >= {"j.j.left", "j.j.right"}
     assert {"compaction_read_bytes", "compaction_write_bytes", "stall_micros"} <= set(
         rep.rocksdb)
+    assert rep.compaction_bytes == (rep.rocksdb["compaction_read_bytes"]
+                                    + rep.rocksdb["compaction_write_bytes"])
+    assert rep.compaction_seconds == rep.rocksdb["compaction_micros"] / 1e6
+    assert rep.stall_seconds == rep.rocksdb["stall_micros"] / 1e6
     assert rep.phase == "live"
     d = json.loads(rep.to_json())
     assert d["rows"] == rep.rows and d["sides"]["left"]["rows"] == left.num_rows
