@@ -94,18 +94,14 @@ class Report:
         """Return input rows per wall-clock second."""
         return self.rows / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
-    @property
-    def compaction_bytes(self) -> int:
-        """Return bytes compaction read plus bytes it wrote."""
-        return self.rocksdb.get("compaction_read_bytes", 0) + self.rocksdb.get(
-            "compaction_write_bytes", 0)
-
     def to_dict(self) -> dict[str, Any]:
         """Return a plain dict (JSON-able) including the derived rates."""
         d = dataclasses.asdict(self)
         d["rows"] = self.rows
         d["rows_per_second"] = round(self.rows_per_second, 1)
         d["compaction_bytes"] = self.compaction_bytes
+        d["compaction_seconds"] = self.compaction_seconds
+        d["stall_seconds"] = self.stall_seconds
         for name, s in self.sides.items():
             d["sides"][name]["rows_per_second"] = round(s.rows_per_second, 1)
         return d
