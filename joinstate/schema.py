@@ -95,7 +95,10 @@ def is_safe_cast(src: pa.DataType, dst: pa.DataType) -> bool:
         return True
     if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
         # Finer units are exact up to overflow, which the value-checked cast catches.
-        return src.tz == dst.tz and _UNIT_RANK[src.unit] <= _UNIT_RANK[dst.unit]
+        # Time zones only label the same UTC instant, so any aware -> aware cast is exact;
+        # naive <-> aware is not (the wall-clock time would need a zone to mean anything).
+        same_kind = (src.tz is None) == (dst.tz is None)
+        return same_kind and _UNIT_RANK[src.unit] <= _UNIT_RANK[dst.unit]
     if pa.types.is_duration(src) and pa.types.is_duration(dst):
         return _UNIT_RANK[src.unit] <= _UNIT_RANK[dst.unit]
     if pa.types.is_decimal(src) and pa.types.is_decimal128(dst):
@@ -123,7 +126,7 @@ def is_value_castable(src: pa.DataType, dst: pa.DataType) -> bool:
         (pa.types.is_decimal, pa.types.is_decimal128),
     )
     if any(a(src) and b(dst) for a, b in pairs):
-        return not pa.types.is_timestamp(src) or src.tz == dst.tz
+        return not pa.types.is_timestamp(src) or (src.tz is None) == (dst.tz is None)
     return False
 
 

@@ -378,6 +378,30 @@ def test_safe_casts_are_accepted(store: joinstate.StateStore) -> None:
     )
 
 
+def test_timestamp_zones_cast_by_instant_but_naive_is_rejected(
+    store: joinstate.StateStore,
+) -> None:
+    """A tz-aware value in another zone is the same instant (exact cast); a naive one is not."""
+    schema = pa.schema([("k", pa.int64()), ("t", pa.timestamp("us", tz="UTC"))])
+    join = store.join("j", left=joinstate.Side(schema, key=["k"]), right=OTHER)
+    join.push("left", pa.table({
+        "k": [1], "t": pa.array([1_500_000], pa.timestamp("ms", tz="Asia/Kolkata"))}))
+    state = join.state("left")
+    assert state.schema.field("t").type == pa.timestamp("us", tz="UTC")
+    assert state.column("t").cast(pa.int64()).to_pylist() == [1_500_000_000]
+    with pytest.raises(joinstate.SchemaMismatchError) as info:
+        join.push("left", pa.table({"k": [2], "t": pa.array([1], pa.timestamp("us"))}))
+    check_error(info.value, joinstate.SchemaMismatchError, "'t'")
+    # ns into us: allowed only while no digit is lost (Arrow's value-checked cast).
+    join.push("left", pa.table({
+        "k": [3], "t": pa.array([2_000_000_000], pa.timestamp("ns", tz="UTC"))}))
+    with pytest.raises(joinstate.SchemaMismatchError) as info:
+        join.push("left", pa.table({
+            "k": [4], "t": pa.array([2_000_000_001], pa.timestamp("ns", tz="UTC"))}))
+    check_error(info.value, joinstate.SchemaMismatchError, "'t'")
+    assert sorted(join.state("left").column("k").to_pylist()) == [1, 3]
+
+
 # --------------------------------------------------------------------------- join spec
 
 
