@@ -497,13 +497,15 @@ class SideIndex:
         q = np.repeat(order, counts[order])
         # Remember how many rows a key holds, for the next probe's cost estimate.
         self._rows_per_key_seen = max(1.0, len(values) / nq)
-        rows, w, _ = self._entries_from_values(values)
+        rows, w, enc = self._entries_from_values(values)
         if len(q):
             canon, _ = self.key_codec.encode(rows)
             ok = canon.equals(qcanon.take(q))
             if not ok.all():
                 keep = np.flatnonzero(ok)
-                rows, w, q = rows.take(pa.array(keep)), w[keep], q[keep]
+                rows, w, q, enc = rows.take(pa.array(keep)), w[keep], q[keep], enc.take(keep)
+        if self.layout == "bag" and len(w) > 1:
+            rows, w, q = _merge_adjacent_entries(rows, w, q, enc)
         return Entries(rows, w, q)
 
     def count_distinct_keys(self) -> int:
@@ -549,4 +551,23 @@ class SideIndex:
         self.cache_used = False
         cache = self.cache.apply(batch, ~batch.null)
         self.cache = cache if len(cache) <= self.store.options.probe_cache_max_rows else None
+
+
+def _merge_adjacent_entries(
+    rows: pa.Table, w: np.ndarray, q: np.ndarray, enc: Bytes
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """Sum the entries of one row (bag rows inserted by several batches).
+
+    They are adjacent in key order (key = prefix + canon + row hash + seq), so comparing
+    neighbours suffices; merging keeps push outputs consolidated (one output row per
+    distinct pair) instead of repeating a row once per batch that inserted it.
+    """
+    n = len(w)
+    same = np.zeros(n, dtype=bool)
+    same[1:] = (q[1:] == q[:-1]) & enc.take(np.arange(1, n)).equals(enc.take(np.arange(n - 1)))
+    if not same.any():
+        return rows, w, q
+    first = np.flatnonzero(~same)
+    gid = np.cumsum(~same) - 1
+    return rows.take(pa.array(first)), sum_by(gid, w, len(first)), q[first]
 

@@ -460,6 +460,10 @@ class JoinHarness:
         assert out.schema.field(WEIGHT_COLUMN).type == pa.int64()
         got_types = [out.schema.field(i).type for i in range(len(names))]
         assert got_types == self.case.output_types(self.how), self._context("output column types")
+        # Outputs are consolidated: each distinct row once, with a non-zero weight.
+        rows = list(zip(*(out.column(n).to_pylist() for n in names), strict=True))
+        assert len(set(rows)) == len(rows), self._context("output repeats a row")
+        assert 0 not in out.column(WEIGHT_COLUMN).to_pylist(), self._context("zero weight")
         return zset_from_table(out, names)
 
     def expected_output(self) -> Counter[Row]:
