@@ -19,6 +19,7 @@ from joinstate.errors import (
     StateClosedError,
     StateCorruptedError,
     StateLockedError,
+    StateReadOnlyError,
     UniqueKeyViolationError,
 )
 from joinstate.join import How, Join, output_schema
@@ -41,6 +42,7 @@ __all__ = [
     "StateClosedError",
     "StateCorruptedError",
     "StateLockedError",
+    "StateReadOnlyError",
     "StateStore",
     "StoreOptions",
     "UniqueKeyViolationError",

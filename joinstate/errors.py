@@ -17,6 +17,7 @@ __all__ = [
     "StateClosedError",
     "StateCorruptedError",
     "StateLockedError",
+    "StateReadOnlyError",
     "UniqueKeyViolationError",
 ]
 
@@ -55,3 +56,8 @@ class StateClosedError(JoinStateError, RuntimeError):
 
 class StateCorruptedError(JoinStateError, RuntimeError):
     """Stored bytes do not decode as the catalog says they should."""
+
+
+class StateReadOnlyError(JoinStateError, PermissionError):
+    """A write was attempted through a store opened with ``read_only=True``."""
+

@@ -85,6 +85,11 @@ class Join:
         self.left = self._index("left", left, plan, track_left)
         self.right = self._index("right", right, plan, track_right)
         stored = store.catalog_get(name)
+        if stored is None and store.read_only:
+            raise JoinSpecMismatchError(
+                f"join {name!r} does not exist in {store.path} (opened read-only); joins "
+                f"there: {store.joins()}"
+            )
         if stored is None:
             store.catalog_put(name, self.spec)
         elif stored != self.spec:
@@ -196,6 +201,8 @@ class Join:
         store = self._require_store()
         s, o = self._sides(side)
         ckey = self._commit_key(commit_id) if commit_id is not None else None
+        if ckey is None or store.cf(META_CF).get(ckey) is None:
+            store.require_writable(f"push to the {side} side of join {self.name!r}")
         if ckey is not None:
             recorded = store.cf(META_CF).get(ckey)
             if recorded is not None:
@@ -271,7 +278,7 @@ class Join:
         if phase not in ("population", "live"):
             raise SchemaMismatchError(f"phase={phase!r} must be 'population' or 'live'")
         store = self._require_store()
-        store.cf(META_CF).put(b"phase\x00" + self.name.encode(), phase.encode())
+        store.meta_put(b"phase\x00" + self.name.encode(), phase.encode())
 
     def rows(self, side: Literal["left", "right"]) -> int:
         """Total multiplicity stored on ``side`` (NULL-key rows included); O(1)."""

@@ -29,6 +29,7 @@ from joinstate.errors import (
     StateClosedError,
     StateCorruptedError,
     StateLockedError,
+    StateReadOnlyError,
 )
 from joinstate.options import IndexOptions, StoreOptions
 
@@ -57,8 +58,11 @@ class StateStore:
     Use as a context manager, or call :meth:`close` explicitly.
     """
 
-    def __init__(self, path: str | Path, options: StoreOptions | None = None) -> None:
+    def __init__(
+        self, path: str | Path, options: StoreOptions | None = None, *, read_only: bool = False
+    ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self.options = options if options is not None else StoreOptions()
         if not isinstance(self.options, StoreOptions):
             raise SchemaMismatchError(
@@ -73,6 +77,10 @@ class StateStore:
         self._meta_cache: dict[bytes, int] = {}
         self._joins: dict[str, Join] = {}
         self._db: Any = None
+        if read_only and not _is_rocksdb_dir(self.path):
+            raise StateCorruptedError(
+                f"no state store at {self.path} to open read-only; create it with a writer first"
+            )
         self.path.mkdir(parents=True, exist_ok=True)
         existing: list[str] = []
         if _is_rocksdb_dir(self.path):
@@ -87,8 +95,12 @@ class StateStore:
         }
         column_families.setdefault(META_CF, self.cf_options(META_CF))
         try:
+            # Read-only opens take no LOCK and replay the writer's WAL: a consistent view
+            # of a store another process is writing (as of the open), for inspection.
+            access = rd.AccessType.read_only(False) if read_only else rd.AccessType.read_write()
             self._db = rd.Rdict(
-                str(self.path), self._db_options, column_families=column_families
+                str(self.path), self._db_options, column_families=column_families,
+                access_type=access,
             )
         except Exception as exc:
             msg = str(exc)
@@ -136,6 +148,15 @@ class StateStore:
             raise StateClosedError(f"state store {self.path} is closed")
         return self._db
 
+    def require_writable(self, what: str) -> None:
+        """Raise :class:`StateReadOnlyError` (naming ``what``) on a read-only store."""
+        self._require_open()
+        if self.read_only:
+            raise StateReadOnlyError(
+                f"cannot {what}: state store {self.path} was opened read-only; open it "
+                "without read_only=True (one writer at a time) to change it"
+            )
+
     # ---- column families --------------------------------------------------------------
 
     def cf_options(self, name: str, extra: IndexOptions | None = None) -> rd.Options:
@@ -151,6 +172,7 @@ class StateStore:
             try:
                 cf = db.get_column_family(name)
             except Exception:
+                self.require_writable(f"create column family {name!r}")
                 cf = db.create_column_family(name, self.cf_options(name))
             self._cfs[name] = cf
         return cf
@@ -170,6 +192,7 @@ class StateStore:
         population driver that picks a memtable per side (hash skip list for the small
         side) does it here, before the first write.  Refuses a non-empty family.
         """
+        self.require_writable(f"re-create column family {name!r}")
         db = self._require_open()
         if not self._is_empty(name):
             raise SchemaMismatchError(
@@ -200,7 +223,13 @@ class StateStore:
 
     def write(self, wb: rd.WriteBatch) -> None:
         """Apply a WriteBatch atomically with the store's write options."""
+        self.require_writable("write")
         self._require_open().write(wb, self._write_options)
+
+    def meta_put(self, key: bytes, value: bytes) -> None:
+        """Write one ``__meta__`` entry (catalog, phase, layout version)."""
+        self.require_writable(f"write metadata {key!r}")
+        self.cf(META_CF).put(key, value, self._write_options)
 
     @contextlib.contextmanager
     def wal_disabled(self) -> Iterator[None]:
@@ -232,16 +261,19 @@ class StateStore:
 
     def flush(self) -> None:
         """Flush every memtable (used when the WAL is off, to make data durable)."""
+        if self.read_only:
+            return  # nothing of ours to flush
         for name in list(self._cfs):
             self._cfs[name].flush(True)
 
     # ---- metadata ---------------------------------------------------------------------
 
     def _check_layout_version(self) -> None:
-        meta = self.cf(META_CF)
-        raw = meta.get(b"layout_version")
+        raw = self.cf(META_CF).get(b"layout_version")
+        if raw is None and self.read_only:
+            raise StateCorruptedError(f"{self.path} holds no joinstate state (no layout version)")
         if raw is None:
-            meta.put(b"layout_version", str(LAYOUT_VERSION).encode(), self._write_options)
+            self.meta_put(b"layout_version", str(LAYOUT_VERSION).encode())
         elif int(raw) != LAYOUT_VERSION:
             raise StateCorruptedError(
                 f"{self.path} has state layout version {int(raw)}, this joinstate reads "
@@ -289,10 +321,7 @@ class StateStore:
 
     def catalog_put(self, join: str, spec: dict[str, Any]) -> None:
         """Store the spec of join ``join`` in the catalog."""
-        self.cf(META_CF).put(
-            b"join\x00" + join.encode(), json.dumps(spec, sort_keys=True).encode(),
-            self._write_options,
-        )
+        self.meta_put(b"join\x00" + join.encode(), json.dumps(spec, sort_keys=True).encode())
 
     def joins(self) -> list[str]:
         """Names of the joins in the catalog."""

@@ -96,12 +96,16 @@ def options_from_dict(kw: dict[str, Any] | None) -> StoreOptions | None:
 
 @contextmanager
 def open_shard(
-    manifest: Manifest, state_dir: str, shard: int, options: StoreOptions | None = None
+    manifest: Manifest, state_dir: str, shard: int, options: StoreOptions | None = None,
+    *, read_only: bool = False,
 ) -> Iterator[Join]:
-    """The join in shard ``shard``'s store, open for the ``with`` block and closed after."""
+    """The join in shard ``shard``'s store, open for the ``with`` block and closed after.
+
+    ``read_only`` opens without RocksDB's LOCK (inspection while a writer may be busy).
+    """
     path = shard_path(state_dir, shard)
     try:
-        store = StateStore(path, options)
+        store = StateStore(path, options, read_only=read_only)
     except StateLockedError as exc:
         raise ShardBusyError(
             f"shard {shard} of join {manifest.name!r} ({path}) is already open in another "
@@ -292,8 +296,9 @@ class _ShardTask:
     state_dir: str
     options: dict[str, Any] | None
 
-    def open(self, shard: int) -> Any:
-        return open_shard(self.manifest, self.state_dir, shard, options_from_dict(self.options))
+    def open(self, shard: int, read_only: bool = False) -> Any:
+        return open_shard(self.manifest, self.state_dir, shard, options_from_dict(self.options),
+                          read_only=read_only)
 
     def conformed(self, side: Side, pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
         schema = self.manifest.side(side).schema
@@ -430,7 +435,11 @@ class ControlTask(_ShardTask):
 
 @dataclass(frozen=True)
 class StateTask(_ShardTask):
-    """Yield the consolidated state of ``side`` of each shard (read-only, but locks it)."""
+    """Yield the consolidated state of ``side`` of each shard.
+
+    Shards are opened read-only (no LOCK), so reading state never blocks a writer; a
+    shard no row ever reached has no directory and contributes nothing.
+    """
 
     side: Side = "left"
     schema: pa.Schema | None = None
@@ -438,7 +447,9 @@ class StateTask(_ShardTask):
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for shard in batch.column(0).to_pylist():
-                with self.open(int(shard)) as join:
+                if not (Path(shard_path(self.state_dir, int(shard))) / "CURRENT").exists():
+                    continue
+                with self.open(int(shard), read_only=True) as join:
                     state = join.state(self.side)
                 if self.schema is not None:
                     state = state.select(self.schema.names).cast(self.schema)

@@ -506,3 +506,54 @@ def test_stats_distinct_keys_follow_int_width_equality(populated: joinstate.Join
     assert stats["left"]["distinct_keys"] == 3  # 1, 2, 3
     assert stats["right"]["distinct_keys"] == 2  # 1, 3
     assert stats["left"]["rows"] == 5 + 2
+
+
+# --------------------------------------------------------------------------- read-only
+
+
+def _ro_join(store: joinstate.StateStore) -> joinstate.Join:
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    return store.join("ro", left=joinstate.Side(schema, ["k"], ["k"]),
+                      right=joinstate.Side(schema, ["k"]), how="left")
+
+
+def test_read_only_store_reads_while_a_writer_holds_the_lock(tmp_path: Path) -> None:
+    """Inspection of a live store: no LOCK taken, the writer's committed pushes visible."""
+    path = tmp_path / "s"
+    with joinstate.StateStore(path) as writer:
+        join = _ro_join(writer)
+        join.push("left", pa.table({"k": [1, 2], "v": ["a", "b"]}))
+        first = join.push("right", pa.table({"k": [1, 1], "v": ["x", "y"]}), commit_id="c1")
+        with joinstate.StateStore(path, read_only=True) as reader:
+            seen = _ro_join(reader)
+            assert seen.state("left").equals(join.state("left"))
+            assert seen.state("right").equals(join.state("right"))
+            assert seen.stats()["right"]["rows"] == 2
+            assert seen.committed("c1")
+            # An exactly-once replay needs no write, so it works read-only too.
+            assert seen.push("right", pa.table({"k": [1, 1], "v": ["x", "y"]}),
+                             commit_id="c1").equals(first)
+            for attempt in (
+                lambda: seen.push("left", pa.table({"k": [3], "v": ["c"]})),
+                lambda: seen.set_phase("live"),
+                lambda: seen.forget_commits(),
+            ):
+                with pytest.raises(joinstate.StateReadOnlyError, match="read-only") as info:
+                    attempt()
+                assert str(path) in str(info.value)
+                assert isinstance(info.value, PermissionError)
+        # The writer is unaffected and keeps writing.
+        join.push("left", pa.table({"k": [3], "v": ["c"]}))
+        assert join.rows("left") == 3
+
+
+def test_read_only_refuses_what_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(joinstate.StateCorruptedError, match="read-only"):
+        joinstate.StateStore(tmp_path / "nothing", read_only=True)
+    with joinstate.StateStore(tmp_path / "s") as store:
+        _ro_join(store)
+    with joinstate.StateStore(tmp_path / "s", read_only=True) as reader:
+        schema = pa.schema([("k", pa.int64())])
+        with pytest.raises(joinstate.JoinSpecMismatchError, match=r"'other'.*'ro'"):
+            reader.join("other", left=joinstate.Side(schema, ["k"]),
+                        right=joinstate.Side(schema, ["k"]))
