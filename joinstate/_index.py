@@ -64,6 +64,7 @@ __all__ = ["Batch", "SideIndex", "Staged"]
 _I64 = struct.Struct("<q")  # counts and degrees in values
 _SEQ = struct.Struct(">Q")  # batch sequence, big-endian so entries sort by batch
 
+
 @dataclass
 class Batch:
     """A consolidated delta of one side, with everything derived from it once."""

@@ -25,10 +25,10 @@ from joinstate._bytes import Bytes
 from joinstate._index import Batch, SideIndex, Staged
 from joinstate._ops import Ops
 from joinstate._probe import Entries
-from joinstate._zset import expand, sum_by
+from joinstate._zset import expand, group_rows, sum_by
 from joinstate.activity import auto_compaction_flags
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
-from joinstate.keys import KeyCodec, hash_prefix, key_plan, single_plan
+from joinstate.keys import KeyCodec, hash_prefix, key_plan, row_hash, single_plan
 from joinstate.schema import WEIGHT
 from joinstate.side import Side
 from joinstate.store import META_CF
@@ -332,7 +332,7 @@ class Join:
                     parts.append(self._assemble(batch.rows.take(pa.array(idx)), None, batch.w[idx]))
             else:
                 self._transitions(staged, o, qcanon, qhash, parts, sign=(
-                    1 if how == "left_semi" else -1), null_extend=False)
+                    1 if how == "left_semi" else -1))
             return _concat(parts, self.output_schema)
 
         entries = o.probe(qcanon, qhash) if G else None
@@ -356,13 +356,13 @@ class Join:
             if len(idx):
                 parts.append(orient(batch.rows.take(pa.array(idx)), None, batch.w[idx]))
         if o_preserved:
-            self._transitions(staged, o, qcanon, qhash, parts, sign=-1, null_extend=True,
-                              entries=entries, other_is_left=not is_left)
+            self._transitions(staged, o, qcanon, qhash, parts, sign=-1, entries=entries,
+                              other_is_left=not is_left)
         return _concat(parts, self.output_schema)
 
     def _transitions(
         self, staged: Staged, o: SideIndex, qcanon: Bytes, qhash: np.ndarray,
-        parts: list[pa.Table], sign: int, null_extend: bool, entries: Entries | None = None,
+        parts: list[pa.Table], sign: int, entries: Entries | None = None,
         other_is_left: bool = True,
     ) -> None:
         """Emit O's rows for keys whose own-side degree crossed zero.
@@ -406,9 +406,6 @@ class Join:
             parts_rows.append(rows)
             parts_w.append(w)
             parts_enc.append(enc)
-        from joinstate._zset import group_rows
-        from joinstate.keys import row_hash
-
         rows = pa.concat_tables(parts_rows)
         w = np.concatenate(parts_w)
         enc = Bytes.concat(parts_enc)
