@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -119,7 +120,8 @@ def run_demo(
 
 
 def run_spark_demo(
-    state_dir: Path, n_customers: int, n_sales: int, batch_rows: int, shards: int = 4
+    state_dir: Path, n_customers: int, n_sales: int, batch_rows: int, shards: int = 4,
+    spark: Any = None,
 ) -> int:
     """The same demo driven from a local Spark session (``spark_io.SparkJoin``).
 
@@ -149,7 +151,9 @@ def run_spark_demo(
     del_idx = rng.choice(n_sales, max(1, n_sales // 100), replace=False)
     pq.write_table(_weighted(sales.take(pa.array(del_idx)), -1), data / "sales_changes.parquet")
 
-    spark = spark_io.local_session("joinstate-demo")
+    own_session = spark is None
+    if own_session:
+        spark = spark_io.local_session("joinstate-demo")
     try:
         t0 = time.perf_counter()
         job = spark_io.SparkJoin(
@@ -169,7 +173,8 @@ def run_spark_demo(
               f"{len(del_idx):,} sales deletes in {t2 - t1:.2f}s")
         out = pa.concat_tables([f.toArrow() for f in frames], promote_options="permissive")
     finally:
-        spark.stop()
+        if own_session:
+            spark.stop()
     keep = np.ones(n_customers, bool)
     keep[upd_idx] = False
     keep_s = np.ones(n_sales, bool)
