@@ -7,45 +7,63 @@ The public face is small on purpose::
         join = store.join("j", left=joinstate.Side(...), right=joinstate.Side(...))
         out = join.push("left", delta)   # a pyarrow Table with a ``_weight`` column
 
-Importing this package never imports pyspark (DESIGN.md §6).
+Importing this package never imports pyspark.
 """
 
+from joinstate.batch import PreparedBatch
 from joinstate.errors import (
+    CommitConflictError,
     JoinSpecMismatchError,
     JoinStateError,
+    NotAStateStoreError,
     OptionsError,
     OverRetractionError,
     SchemaMismatchError,
     StateClosedError,
     StateCorruptedError,
+    StateIOError,
     StateLockedError,
     StateReadOnlyError,
     UniqueKeyViolationError,
+    WeightOverflowError,
 )
 from joinstate.join import How, Join, output_schema
-from joinstate.options import IndexOptions, StoreOptions
+from joinstate.options import IndexOptions, Memtable, StoreOptions
 from joinstate.schema import WEIGHT
-from joinstate.side import Side
+from joinstate.side import Side, SideName
 from joinstate.store import StateStore
+from joinstate.transaction import BulkSink, Transaction, WriteBlock
+from joinstate.views import IndexInfo
 
 __all__ = [
     "WEIGHT",
+    "BulkSink",
+    "CommitConflictError",
     "How",
+    "IndexInfo",
     "IndexOptions",
     "Join",
     "JoinSpecMismatchError",
     "JoinStateError",
+    "Memtable",
+    "NotAStateStoreError",
     "OptionsError",
     "OverRetractionError",
+    "PreparedBatch",
     "SchemaMismatchError",
     "Side",
+    "SideName",
     "StateClosedError",
     "StateCorruptedError",
+    "StateIOError",
     "StateLockedError",
     "StateReadOnlyError",
     "StateStore",
     "StoreOptions",
+    "Transaction",
     "UniqueKeyViolationError",
+    "WeightOverflowError",
+    "WriteBlock",
     "output_schema",
 ]
 

@@ -1,4 +1,4 @@
-"""The in-memory probe cache of a side, and the cost model that decides when to build it.
+"""The in-memory probe cache of an index, and the policy that decides when to build it.
 
 Probing a side stored in RocksDB costs a multi-get or a bounded iteration per key; a side
 small enough to hold in memory can instead be scanned once into an Arrow table sorted by
@@ -15,18 +15,18 @@ import numpy as np
 import pyarrow as pa
 
 from joinstate._bytes import Bytes
-from joinstate._zset import group_rows, sum_by
+from joinstate._zset import consolidate
 
 if TYPE_CHECKING:
-    from joinstate._index import Batch
+    from joinstate.batch import PreparedBatch
 
 __all__ = ["COST_GET_US", "COST_ROW_US", "COST_SCAN_US", "COST_SEEK_US", "Entries",
-           "ProbeCache"]
+           "ProbeCache", "ProbePolicy"]
 
-# Cost model of a probe, in microseconds per unit, measured on the project machine
-# (ROCKSDICT.md and bench/core.py): a cached point get; opening a bounded iterator at a key
-# prefix; one row read through it (``values()``, incl. decode); one row of a full scan
-# (``values()`` at ~0.25 µs plus bulk decode and key hashing).
+# Cost model of a probe, in microseconds per unit, measured on a 2-core VM with
+# rocksdict 0.3.29 (``./dev bench core``): a cached point get; positioning an iterator at
+# a key prefix; one row read through it (incl. decode); one row of a full scan (read,
+# bulk decode and key hashing).
 COST_GET_US = 5.0
 COST_SEEK_US = 12.0
 COST_ROW_US = 0.6
@@ -82,20 +82,64 @@ class ProbeCache:
             e, q = e[ok], q[ok]
         return Entries(self.rows.take(pa.array(e)), self.w[e], q)
 
-    def apply(self, batch: Batch, keep: np.ndarray) -> ProbeCache:
+    def apply(self, batch: PreparedBatch, keep: np.ndarray) -> ProbeCache:
         """A new cache with the non-NULL-key rows ``keep`` of ``batch`` merged in."""
         idx = np.flatnonzero(keep)
-        rows = pa.concat_tables([self.rows, batch.rows.take(pa.array(idx))])
+        rows = pa.concat_tables([self.rows, batch.table.take(pa.array(idx))])
         w = np.concatenate([self.w, batch.w[idx]])
         rh = Bytes.concat([self.rh, batch.rh.take(idx)])
         enc = Bytes.concat([self.enc, batch.enc.take(idx)])
         canon = Bytes.concat([self.canon, batch.canon.take(idx)])
         khash = np.concatenate([self.khash, batch.khash[idx]])
-        g = group_rows(rh, enc)
-        sums = sum_by(g.inv, w, len(g))
-        live = g.first[sums != 0]
-        sel = pa.array(live)
+        live, sums = consolidate(rh, enc, w, "probe cache weight")
         return ProbeCache(
-            rows.take(sel), sums[sums != 0], rh.take(live), enc.take(live), canon.take(live),
+            rows.take(pa.array(live)), sums, rh.take(live), enc.take(live), canon.take(live),
             khash[live],
         )
+
+
+class ProbePolicy:
+    """When to read a side by point probes and when to scan it into a probe cache.
+
+    Ski rental: point probes are *rented*, a scan into the cache is *bought*.  The cache
+    is bought once the point probes paid since the side last changed reach the price of
+    the scan, so a side probed by many batches (a dimension while the fact streams in)
+    gets cached, at most twice the cost of the best choice in hindsight.  Rent only
+    counts while the scan could be kept as the cache (``max_rows``).
+    """
+
+    __slots__ = ("max_rows", "mode", "rent_us", "rows_per_key_seen")
+
+    def __init__(self, mode: str, max_rows: int) -> None:
+        self.mode = mode
+        self.max_rows = max_rows
+        self.rent_us = 0.0
+        self.rows_per_key_seen: float | None = None
+
+    def rows_per_key(self, entries: int, known_keys: int | None) -> float:
+        """Expected entries per key: from counters when known, else as last observed."""
+        if known_keys:
+            return entries / known_keys
+        return self.rows_per_key_seen or 1.0
+
+    def should_scan(self, entries: int, point_us: float) -> bool:
+        """Whether to scan the side now (``point_us``: the cost of probing by points)."""
+        if self.mode == "point":
+            return False
+        if self.mode == "scan":
+            return True
+        rent = self.rent_us if entries <= self.max_rows else 0.0
+        if entries * COST_SCAN_US <= point_us + rent:
+            self.rent_us = 0.0
+            return True
+        self.rent_us += point_us
+        return False
+
+    def observed(self, rows: int, keys: int) -> None:
+        """Remember how many rows a key held in the last point probe."""
+        if keys:
+            self.rows_per_key_seen = max(1.0, rows / keys)
+
+    def side_changed(self) -> None:
+        """The side was written: rent paid so far bought nothing lasting."""
+        self.rent_us = 0.0

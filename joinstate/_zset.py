@@ -1,4 +1,11 @@
-"""Vectorised grouping helpers for Z-sets (rows with integer weights)."""
+"""Vectorised grouping and checked arithmetic for Z-sets (rows with int64 weights).
+
+Weights are int64.  numpy wraps on overflow without a word, so every sum and product
+of weights the engine forms goes through the checked helpers here: a cheap float64
+bound proves the common case safe, and only values near the int64 limits are
+recomputed exactly with Python integers (two's-complement sums are exact modulo 2**64,
+so an int64 sum is right whenever the true sum is in range).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,30 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from joinstate.errors import StateCorruptedError
+from joinstate.errors import StateCorruptedError, WeightOverflowError
 
 if TYPE_CHECKING:
     from joinstate._bytes import Bytes
 
-__all__ = ["Groups", "expand", "group_rows", "group_u64", "sum_by"]
+__all__ = [
+    "I64_MAX",
+    "I64_MIN",
+    "Groups",
+    "checked_add",
+    "checked_int",
+    "checked_mul",
+    "checked_sum",
+    "checked_sum_by",
+    "consolidate",
+    "expand",
+    "group_rows",
+    "group_u64",
+    "sum_by",
+]
+
+I64_MIN = -(2**63)
+I64_MAX = 2**63 - 1
+_SAFE = float(2**62)  # below this bound (in float64) no int64 result can have wrapped
 
 
 class Groups:
@@ -90,10 +115,88 @@ def group_keys(khash: np.ndarray, canon: Bytes) -> Groups:
 
 
 def sum_by(inv: np.ndarray, w: np.ndarray, n_groups: int) -> np.ndarray:
-    """Exact int64 sums of ``w`` per group."""
+    """int64 sums of ``w`` per group, for sums known to be in range (see checked_sum_by)."""
     out = np.zeros(n_groups, dtype=np.int64)
     np.add.at(out, inv, w)
     return out
+
+
+def _overflow(what: str, value: int) -> WeightOverflowError:
+    return WeightOverflowError(
+        f"{what} would be {value}, outside the int64 range of weights "
+        f"[{I64_MIN}, {I64_MAX}]; nothing of the batch was applied"
+    )
+
+
+def checked_int(value: int, what: str) -> int:
+    """``value`` if it fits int64, else :class:`WeightOverflowError` naming ``what``."""
+    if not I64_MIN <= value <= I64_MAX:
+        raise _overflow(what, value)
+    return value
+
+
+def checked_sum(w: np.ndarray, what: str) -> int:
+    """The exact sum of ``w`` as a Python int, raising if it leaves int64."""
+    if not len(w):
+        return 0
+    if float(np.abs(w.astype(np.float64)).sum()) < _SAFE:
+        return int(w.sum())
+    return checked_int(sum(w.tolist()), what)
+
+
+def checked_sum_by(inv: np.ndarray, w: np.ndarray, n_groups: int, what: str) -> np.ndarray:
+    """Per-group sums of ``w`` (int64), raising :class:`WeightOverflowError` on overflow."""
+    out = sum_by(inv, w, n_groups)
+    if not len(w):
+        return out
+    bound = np.zeros(n_groups, dtype=np.float64)
+    np.add.at(bound, inv, np.abs(w.astype(np.float64)))
+    risky = np.flatnonzero(bound >= _SAFE)
+    if len(risky):
+        exact: dict[int, int] = dict.fromkeys(risky.tolist(), 0)
+        for g, x in zip(inv.tolist(), w.tolist(), strict=True):
+            if g in exact:
+                exact[g] += x
+        for g, total in exact.items():
+            out[g] = checked_int(total, what)
+    return out
+
+
+def checked_add(a: np.ndarray, b: np.ndarray, what: str) -> np.ndarray:
+    """Element-wise ``a + b`` (int64), raising on overflow."""
+    out = a + b
+    risky = np.flatnonzero(np.abs(a.astype(np.float64)) + np.abs(b.astype(np.float64)) >= _SAFE)
+    for i in risky.tolist():
+        checked_int(int(a[i]) + int(b[i]), what)
+    return out
+
+
+def checked_mul(a: np.ndarray, b: np.ndarray, what: str) -> np.ndarray:
+    """Element-wise ``a * b`` (int64), raising on overflow (weights of joined pairs)."""
+    out = a * b
+    risky = np.flatnonzero(np.abs(a.astype(np.float64) * b.astype(np.float64)) >= _SAFE)
+    for i in risky.tolist():
+        checked_int(int(a[i]) * int(b[i]), what)
+    return out
+
+
+def consolidate(rh: Bytes, enc: Bytes, w: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Group equal rows, sum their weights, drop zeros: ``(first row of each, weight)``.
+
+    The one consolidation (an incoming delta, a scan of stored entries, the probe
+    cache): rows are equal when their encodings are (row hash first, then verified).
+    """
+    g = group_rows(rh, enc)
+    if len(g) < len(w):
+        sums = checked_sum_by(g.inv, w, len(g), what)
+        idx = g.first
+    else:
+        sums = w
+        idx = np.arange(len(w), dtype=np.int64)
+    live = sums != 0
+    if not live.all():
+        return idx[live], sums[live]
+    return idx, sums
 
 
 def expand(row_group: np.ndarray, entry_group: np.ndarray, n_groups: int) -> tuple[

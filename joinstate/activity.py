@@ -4,16 +4,37 @@ Statistics are DB-wide and cumulative (rocksdict exposes no per-CF statistics), 
 caller that wants the work of one phase takes two snapshots and subtracts.  Whether
 auto-compaction is currently disabled on a column family is read from RocksDB's latest
 ``OPTIONS-*`` file, which RocksDB rewrites on every ``SetOptions``: the ground truth, not
-our bookkeeping.  Higher layers (``compaction``, ``population``) build on these; the
-core uses them in :meth:`joinstate.Join.stats`.
+our bookkeeping.  The one home of these readings: the core's ``stats()``, compaction
+policies and population reports all use this module.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ACTIVITY_COUNTERS", "auto_compaction_flags", "statistics_counters"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from joinstate.store import StateStore
+
+__all__ = [
+    "ACTIVITY_COUNTERS",
+    "CF_PROPERTIES",
+    "activity_counters",
+    "auto_compaction_flags",
+    "counter_delta",
+    "rocksdb_activity",
+    "statistics_counters",
+]
+
+CF_PROPERTIES = (
+    "num-files-at-level0", "num-files-at-level1", "total-sst-files-size",
+    "cur-size-all-mem-tables", "estimate-pending-compaction-bytes", "num-running-compactions",
+    "is-write-stopped", "actual-delayed-write-rate",
+)
+"""Per-column-family RocksDB properties worth reporting (each takes the ``rocksdb.`` prefix)."""
 
 ACTIVITY_COUNTERS = {
     "compaction_read_bytes": "rocksdb.compact.read.bytes",
@@ -72,3 +93,34 @@ def auto_compaction_flags(path: str | Path) -> dict[str, bool]:
         elif cf is not None and line.startswith("disable_auto_compactions="):
             out[cf] = line.split("=", 1)[1] == "true"
     return out
+
+
+def activity_counters(text: str | None) -> dict[str, int]:
+    """The :data:`ACTIVITY_COUNTERS` read from a statistics dump (0 when absent)."""
+    counters = statistics_counters(text)
+    return {name: counters.get(stat, 0) for name, stat in ACTIVITY_COUNTERS.items()}
+
+
+def counter_delta(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    """The activity counters added between two :func:`statistics_counters` snapshots."""
+    return {
+        name: int(after.get(stat, 0)) - int(before.get(stat, 0))
+        for name, stat in ACTIVITY_COUNTERS.items()
+    }
+
+
+def rocksdb_activity(store: StateStore, cfs: Iterable[str] | None = None) -> dict[str, Any]:
+    """What RocksDB has done in ``store`` so far (cumulative since it was opened).
+
+    ``{"db": {activity counters}, "cf": {name: {properties, "auto_compaction_disabled"}}}``;
+    ``cfs`` defaults to every column family.
+    """
+    flags = auto_compaction_flags(store.path)
+    names = list(cfs) if cfs is not None else [c for c in store.column_families()
+                                                 if c != "default"]
+    per_cf: dict[str, Any] = {}
+    for cf in names:
+        props: dict[str, Any] = {p: store.property_int(cf, "rocksdb." + p) for p in CF_PROPERTIES}
+        props["auto_compaction_disabled"] = flags.get(cf)
+        per_cf[cf] = props
+    return {"db": activity_counters(store.statistics()), "cf": per_cf}

@@ -9,16 +9,20 @@ still behaves sensibly.
 from __future__ import annotations
 
 __all__ = [
+    "CommitConflictError",
     "JoinSpecMismatchError",
     "JoinStateError",
+    "NotAStateStoreError",
     "OptionsError",
     "OverRetractionError",
     "SchemaMismatchError",
     "StateClosedError",
     "StateCorruptedError",
     "StateLockedError",
+    "StateIOError",
     "StateReadOnlyError",
     "UniqueKeyViolationError",
+    "WeightOverflowError",
 ]
 
 
@@ -61,3 +65,32 @@ class StateCorruptedError(JoinStateError, RuntimeError):
 class StateReadOnlyError(JoinStateError, PermissionError):
     """A write was attempted through a store opened with ``read_only=True``."""
 
+
+
+class WeightOverflowError(JoinStateError, OverflowError):
+    """A weight, a product of weights or a counter would leave the int64 range.
+
+    Weights are int64 (the ``_weight`` column); the engine checks every sum and product
+    it forms instead of letting them wrap, and applies nothing of the batch.
+    """
+
+
+class CommitConflictError(JoinStateError, ValueError):
+    """A ``commit_id`` was reused for a different side or a different change set."""
+
+
+class StateIOError(JoinStateError, OSError):
+    """RocksDB could not read or write its files (disk full, permissions, I/O error).
+
+    The batch that hit it was not applied; the store can still be closed, and reopening
+    it resumes from the last committed batch.
+    """
+
+
+class NotAStateStoreError(JoinStateError, FileExistsError):
+    """The path is not a joinstate store and cannot become one without destroying data.
+
+    Raised for a regular file (or a path under one), a non-empty directory that holds
+    something other than a joinstate store, and RocksDB files without a ``CURRENT``
+    file (a damaged database, which opening would silently replace by an empty one).
+    """

@@ -1,6 +1,6 @@
 """The join operator: push a change set into one side, get the output change set.
 
-For a push of Δ into side S with other side O (DESIGN.md §1), the output is
+For a push of Δ into side S with other side O , the output is
 Δ ⋈ O, and then S := S + Δ.  Outer, semi and anti joins add terms that depend on how
 the per-key multiplicity ("degree") of a side crosses zero:
 
@@ -9,8 +9,9 @@ the per-key multiplicity ("degree") of a side crosses zero:
   null-extended row (-); when it goes >0 -> 0 they get it back (+).
 * left_semi / left_anti: only left rows are output, filtered by right degree > 0 / == 0.
 
-A push is one WriteBatch: own-side rows, degree changes and counters are committed
-together or not at all, after validation.  The output is assembled with Arrow ``take``.
+A push is one :class:`~joinstate.transaction.Transaction`: own-side rows, degree
+changes, counters and the commit record are written together or not at all, after
+validation.  The output is assembled with Arrow ``take``.
 """
 
 from __future__ import annotations
@@ -19,24 +20,31 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import pyarrow as pa
-import rocksdict as rd
 
-from joinstate._bytes import Bytes
-from joinstate._index import Batch, SideIndex, Staged
-from joinstate._ops import Ops
+from joinstate._index import Index, Staged
 from joinstate._probe import Entries
-from joinstate._zset import expand, group_rows, sum_by
+from joinstate._zset import checked_mul, checked_sum_by, expand
 from joinstate.activity import auto_compaction_flags
-from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError, StateClosedError
-from joinstate.keys import KeyCodec, hash_prefix, key_plan, row_hash, single_plan
+from joinstate.batch import PreparedBatch
+from joinstate.catalog import spec_diff
+from joinstate.errors import (
+    CommitConflictError,
+    JoinSpecMismatchError,
+    SchemaMismatchError,
+    StateClosedError,
+)
+from joinstate.keys import key_plan
+from joinstate.names import commit_key, commit_prefix, index_cf, phase_key, source_of_join_side
 from joinstate.schema import WEIGHT
-from joinstate.side import Side
-from joinstate.store import META_CF
+from joinstate.side import Side, SideName
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from joinstate._bytes import Bytes
     from joinstate.store import StateStore
+    from joinstate.transaction import BulkSink
+    from joinstate.views import IndexInfo
 
 __all__ = ["How", "Join", "Phase", "output_schema"]
 
@@ -44,12 +52,15 @@ How = Literal["inner", "left", "right", "full", "left_semi", "left_anti"]
 Phase = Literal["population", "live"]
 _HOWS: tuple[str, ...] = get_args(How)
 SPEC_VERSION = 1
+_COMMIT_FORMAT = b"JSC1"  # commit record: format tag, 16-byte delta digest, Arrow IPC output
 
 
 class Join:
     """A symmetric hash join whose two sides live in a :class:`StateStore`.
 
-    Obtain one with :meth:`StateStore.join`.  Not thread-safe (one writer per store).
+    Obtain one with :meth:`StateStore.join`.  Safe to use from several threads: every
+    push, ``state()`` and ``stats()`` holds the store's lock, so pushes are serialized
+    (RocksDB writes from Python hold the GIL anyway; threads buy no write parallelism).
     """
 
     def __init__(
@@ -74,16 +85,23 @@ class Join:
         self.how = how
         self.left_side, self.right_side = left, right
         self.suffixes = (suffixes[0], suffixes[1])
-        plan = key_plan(left.schema, left.key, right.schema, right.key)
         self.spec: dict[str, Any] = {
             "version": SPEC_VERSION, "how": how, "suffixes": list(self.suffixes),
             "left": left.to_spec(), "right": right.to_spec(),
         }
-        self.output_schema = self._output_schema()
-        track_left = how in ("right", "full")
-        track_right = how in ("left", "full", "left_semi", "left_anti")
-        self.left = self._index("left", left, plan, track_left)
-        self.right = self._index("right", right, plan, track_right)
+        self.output_schema = output_schema(left, right, how, self.suffixes)
+        from joinstate.keys import KeyCodec
+
+        plan = key_plan(left.schema, left.key, right.schema, right.key)
+        self.left = Index(
+            store, index_cf(source_of_join_side(name, "left"), left.key), "left", left,
+            KeyCodec(left.key, plan, "left"), track_degree=how in ("right", "full"),
+        )
+        self.right = Index(
+            store, index_cf(source_of_join_side(name, "right"), right.key), "right", right,
+            KeyCodec(right.key, plan, "right"),
+            track_degree=how in ("left", "full", "left_semi", "left_anti"),
+        )
         stored = store.catalog_get(name)
         if stored is None and store.read_only:
             raise JoinSpecMismatchError(
@@ -93,41 +111,22 @@ class Join:
         if stored is None:
             store.catalog_put(name, self.spec)
         elif stored != self.spec:
-            self._raise_spec_mismatch(stored)
+            self.raise_spec_mismatch(stored)
         for idx in (self.left, self.right):
             for cf in idx.column_families():
                 store.cf(cf)
 
-    def _index(self, label: str, side: Side, plan: Any, track: bool) -> SideIndex:
-        assert self.store is not None
-        uniq = None
-        if side.layout == "unique":
-            assert side.unique_key is not None
-            uniq = KeyCodec(side.unique_key, single_plan(side.schema, side.unique_key), label)
-        return SideIndex(
-            self.store, f"j.{self.name}.{label}", label, side.schema, side.key, side.unique_key,
-            KeyCodec(side.key, plan, label), uniq, side.layout, track,
-        )
-
-    def _raise_spec_mismatch(self, stored: dict[str, Any]) -> None:
-        diffs = []
-        for k in sorted(set(stored) | set(self.spec)):
-            a, b = stored.get(k), self.spec.get(k)
-            if a == b:
-                continue
-            if isinstance(a, dict) and isinstance(b, dict):
-                for kk in sorted(set(a) | set(b)):
-                    if kk != "schema" and a.get(kk) != b.get(kk):
-                        diffs.append(f"{k}.{kk}: stored {a.get(kk)!r}, given {b.get(kk)!r}")
-            else:
-                diffs.append(f"{k}: stored {a!r}, given {b!r}")
+    def raise_spec_mismatch(self, stored: dict[str, Any]) -> None:
+        """Raise :class:`JoinSpecMismatchError` naming every field that differs."""
+        diffs = spec_diff(stored, self.spec)
         raise JoinSpecMismatchError(
             f"join {self.name!r} already exists in {self.store.path if self.store else '?'} "
             f"with a different spec ({'; '.join(diffs) or 'schema metadata differs'}); use a "
             "new join name or drop the old state"
         )
 
-    def _detach(self) -> None:
+    def detach(self) -> None:
+        """Called by the store on close: the join becomes unusable, caches are dropped."""
         self.store = None
         self.left.cache = None
         self.right.cache = None
@@ -137,10 +136,7 @@ class Join:
             raise StateClosedError(f"join {self.name!r} is bound to a closed state store")
         return self.store
 
-    # ---- output schema ----------------------------------------------------------------
-
-    def _output_schema(self) -> pa.Schema:
-        return output_schema(self.left_side, self.right_side, self.how, self.suffixes)
+    # ---- output rows ------------------------------------------------------------------
 
     def _assemble(
         self, left: pa.Table | None, right: pa.Table | None, w: np.ndarray
@@ -162,106 +158,113 @@ class Join:
     # ---- push -------------------------------------------------------------------------
 
     def push(
-        self, side: Literal["left", "right"], delta: pa.Table | pa.RecordBatch, *,
+        self, side: SideName, delta: pa.Table | pa.RecordBatch, *,
         commit_id: str | None = None,
     ) -> pa.Table:
         """Apply a change set to ``side``; return the join's output change set.
 
-        Atomic: a batch that would take a row's multiplicity below zero (or break a
-        declared unique key) raises and changes nothing.
+        Atomic: a batch that would take a row's multiplicity below zero, break a
+        declared unique key or overflow a weight raises and changes nothing.
 
-        ``commit_id`` makes the push idempotent (exactly-once under retries): the id and
-        the output are committed in the same WriteBatch as the state change, and a push
-        with an id already committed returns the recorded output without applying the
-        delta again.  Ids are kept until :meth:`forget_commits`.
+        ``commit_id`` makes the push idempotent (exactly-once under retries): the id, a
+        digest of (side, consolidated delta) and the output are committed in the same
+        WriteBatch as the state change.  A push with an id already committed returns the
+        recorded output without applying anything if its side and consolidated delta
+        are the same, and raises :class:`~joinstate.errors.CommitConflictError`
+        otherwise.  Ids are kept until :meth:`forget_commits`.
         """
-        return self.apply(side, self.prepare(side, delta), commit_id=commit_id)
+        store = self._require_store()
+        with store.lock:
+            return self.apply(side, self.prepare(side, delta), commit_id=commit_id)
 
-    def prepare(self, side: Literal["left", "right"], delta: pa.Table | pa.RecordBatch) -> Batch:
+    def prepare(self, side: SideName, delta: pa.Table | pa.RecordBatch) -> PreparedBatch:
         """Conform, encode and consolidate a delta without touching state.
 
-        Drivers (population, Spark workers) use this with :meth:`apply` to overlap or
-        redirect work; :meth:`push` is ``apply(prepare(...))``.
+        Drivers (population, Spark workers) use this with :meth:`apply` to inspect or
+        redirect a batch; :meth:`push` is ``apply(prepare(...))``.
         """
         self._require_store()
         return self._sides(side)[0].prepare(delta)
 
     def apply(
-        self, side: Literal["left", "right"], batch: Batch, *, commit_id: str | None = None,
-        sink: Callable[[Ops], None] | None = None,
+        self, side: SideName, batch: PreparedBatch, *, commit_id: str | None = None,
+        sink: BulkSink | None = None,
     ) -> pa.Table:
-        """Apply a prepared batch; see :meth:`push`.
+        """Apply a prepared batch as one transaction; see :meth:`push`.
 
-        ``sink``, if given, receives the data writes as :class:`~joinstate._ops.Ops`
-        (per column family: keys and values; a None value deletes) instead of a
-        WriteBatch, e.g. to write them as sorted SST files for ingestion; counters are
-        still written through a WriteBatch after the sink returns.  Only the bulk-load
-        path uses it: it gives up atomicity with the counters.
+        ``sink``, if given, receives the data writes (:class:`~joinstate.WriteBlock`
+        per column family; a None value deletes) instead of the WriteBatch, e.g. to
+        write them as sorted SST files for ingestion; counters and the commit record
+        still go through a WriteBatch after the sink returns.  If the sink raises,
+        nothing of the batch is written.
         """
         store = self._require_store()
         s, o = self._sides(side)
-        ckey = self._commit_key(commit_id) if commit_id is not None else None
-        if ckey is None or store.cf(META_CF).get(ckey) is None:
+        if batch.side != side:
+            raise SchemaMismatchError(
+                f"the batch was prepared for the {batch.side} side, not the {side} side"
+            )
+        with store.lock:
+            ckey = commit_key(self.name, commit_id) if commit_id is not None else None
+            digest = batch.digest() if ckey is not None else b""
+            if ckey is not None:
+                recorded = store.meta_get(ckey)
+                if recorded is not None:
+                    return self._replay(commit_id or "", recorded, side, digest)
             store.require_writable(f"push to the {side} side of join {self.name!r}")
-        if ckey is not None:
-            recorded = store.cf(META_CF).get(ckey)
-            if recorded is not None:
-                return _ipc_read(recorded)
-        out = self.output_schema.empty_table()
-        ops = Ops()
-        stats: dict[str, dict[str, int]] = {}
-        if batch.n:
-            seq = s.stat(s.cf, "seq") + 1
-            staged, ops = s.stage(batch, seq)
-            stats = staged.stats
-            stats.setdefault(s.cf, {})["seq"] = 1
-            out = self._output(side, s, o, batch, staged)
-        wb = rd.WriteBatch(raw_mode=True)
-        if sink is not None:
-            sink(ops)
-        else:
-            ops.fill(wb, store.handle)
-        meta = store.stage_meta_ints(wb, stats)
-        if ckey is not None:
-            wb.put(ckey, _ipc_write(out), store.handle(META_CF))
-        store.write(wb)
-        store.publish_meta(meta)
-        if batch.n:
-            s.after_write(batch)
-        return out
+            out = self.output_schema.empty_table()
+            txn = store.transaction()
+            staged = Staged()
+            if batch.rows:
+                staged = s.stage(batch, txn)
+                out = self._output(side, s, o, batch, staged)
+            if ckey is not None:
+                txn.record(ckey, _COMMIT_FORMAT + digest + _ipc_write(out))
+            txn.commit(sink)
+            if batch.rows:
+                s.after_write(batch)
+            return out
 
-    def _sides(self, side: str) -> tuple[SideIndex, SideIndex]:
+    def _replay(self, commit_id: str, recorded: bytes, side: str, digest: bytes) -> pa.Table:
+        if not recorded.startswith(_COMMIT_FORMAT):
+            raise CommitConflictError(
+                f"commit id {commit_id!r} of join {self.name!r} was recorded in an older "
+                "format without a digest of its change set; use a new commit id"
+            )
+        n = len(_COMMIT_FORMAT)
+        if recorded[n:n + 16] != digest:
+            raise CommitConflictError(
+                f"commit id {commit_id!r} of join {self.name!r} was already committed with "
+                f"a different change set or side (this push: the {side} side); a retry must "
+                "repeat the same change to the same side, a new change needs a new commit "
+                "id; nothing was applied"
+            )
+        return _ipc_read(recorded[n + 16:])
+
+    def _sides(self, side: str) -> tuple[Index, Index]:
         if side == "left":
             return self.left, self.right
         if side == "right":
             return self.right, self.left
         raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
 
-    def _commit_key(self, commit_id: str) -> bytes:
-        if not isinstance(commit_id, str) or not commit_id:
-            raise SchemaMismatchError(f"commit_id={commit_id!r} must be a non-empty string")
-        return b"commit\x00" + self.name.encode() + b"\x00" + commit_id.encode()
-
     def committed(self, commit_id: str) -> bool:
         """Whether a push with ``commit_id`` has been applied."""
         store = self._require_store()
-        return store.cf(META_CF).get(self._commit_key(commit_id)) is not None
+        return store.meta_get(commit_key(self.name, commit_id)) is not None
 
     def forget_commits(self, keep: Callable[[str], bool] | None = None) -> int:
         """Drop recorded commit ids (and their outputs) for which ``keep`` is false."""
         store = self._require_store()
-        prefix = b"commit\x00" + self.name.encode() + b"\x00"
-        meta = store.cf(META_CF)
-        wb = rd.WriteBatch(raw_mode=True)
-        h = store.handle(META_CF)
-        n = 0
-        for k in list(meta.keys(from_key=prefix)):
-            if not k.startswith(prefix):
-                break
-            if keep is None or not keep(k[len(prefix):].decode()):
-                wb.delete(k, h)
-                n += 1
-        store.write(wb)
+        prefix = commit_prefix(self.name)
+        with store.lock:
+            txn = store.transaction()
+            n = 0
+            for k in store.meta_keys(prefix):
+                if keep is None or not keep(k[len(prefix):].decode()):
+                    txn.record(k, None)
+                    n += 1
+            txn.commit()
         return n
 
     # ---- phase ------------------------------------------------------------------------
@@ -270,44 +273,38 @@ class Join:
     def phase(self) -> Phase:
         """``"population"`` until a driver calls :meth:`set_phase` ``("live")``."""
         store = self._require_store()
-        raw = store.cf(META_CF).get(b"phase\x00" + self.name.encode())
-        return "live" if raw == b"live" else "population"
+        return "live" if store.meta_get(phase_key(self.name)) == b"live" else "population"
 
     def set_phase(self, phase: Phase) -> None:
         """Record the join's phase (persisted in ``__meta__``)."""
         if phase not in ("population", "live"):
             raise SchemaMismatchError(f"phase={phase!r} must be 'population' or 'live'")
         store = self._require_store()
-        store.meta_put(b"phase\x00" + self.name.encode(), phase.encode())
+        with store.lock:
+            store.meta_put(phase_key(self.name), phase.encode())
 
-    def rows(self, side: Literal["left", "right"]) -> int:
+    def rows(self, side: SideName) -> int:
         """Total multiplicity stored on ``side`` (NULL-key rows included); O(1)."""
         self._require_store()
-        idx = self._sides(side)[0]
-        return idx.stat(idx.cf, "rows") + idx.stat(idx.cf_nulls, "rows")
+        return self._sides(side)[0].rows
 
-    def index(self, side: Literal["left", "right"]) -> SideIndex:
-        """The storage of one side: column-family names, layout, counters (for drivers)."""
-        return self._sides(side)[0]
+    def index(self, side: SideName) -> IndexInfo:
+        """A read-only view of one side's index: column families, layout, counters."""
+        self._require_store()
+        return self._sides(side)[0].info()
 
     def shard_of(
-        self, side: Literal["left", "right"], table: pa.Table | pa.RecordBatch, shards: int
+        self, side: SideName, table: pa.Table | pa.RecordBatch, shards: int
     ) -> np.ndarray:
         """Shard number of every row: ``xxh3(canonical key) % shards``.
 
         Equal keys get equal shards on both sides whatever their integer widths; rows
         with a NULL key go to shard 0 (they never match, any shard is correct).
         """
-        idx = self._sides(side)[0]
-        if isinstance(table, pa.RecordBatch):
-            table = pa.Table.from_batches([table])
-        canon, null = idx.key_codec.encode(table.select(idx.key))
-        h = hash_prefix(canon) % np.uint64(shards)
-        h[null] = 0
-        return h.astype(np.int64)
+        return self._sides(side)[0].key_codec.shard_of(table, shards)
 
     def _output(
-        self, side: str, s: SideIndex, o: SideIndex, batch: Batch, staged: Staged
+        self, side: str, s: Index, o: Index, batch: PreparedBatch, staged: Staged
     ) -> pa.Table:
         is_left = side == "left"
         how = self.how
@@ -323,13 +320,14 @@ class Join:
         if how in ("left_semi", "left_anti"):
             if is_left:
                 deg = o.degrees(qcanon, qhash)
-                matched = np.zeros(batch.n, dtype=bool)
+                matched = np.zeros(batch.rows, dtype=bool)
                 nn = kg.inv >= 0
                 matched[nn] = deg[kg.inv[nn]] > 0
                 keep = matched if how == "left_semi" else ~matched
                 idx = np.flatnonzero(keep)
                 if len(idx):
-                    parts.append(self._assemble(batch.rows.take(pa.array(idx)), None, batch.w[idx]))
+                    parts.append(self._assemble(batch.table.take(pa.array(idx)), None,
+                                                batch.w[idx]))
             else:
                 self._transitions(staged, o, qcanon, qhash, parts, sign=(
                     1 if how == "left_semi" else -1))
@@ -340,28 +338,29 @@ class Join:
             ri, ei = expand(kg.inv, entries.q, G)
             if len(ri):
                 parts.append(orient(
-                    batch.rows.take(pa.array(ri)), entries.rows.take(pa.array(ei)),
-                    batch.w[ri] * entries.w[ei],
+                    batch.table.take(pa.array(ri)), entries.rows.take(pa.array(ei)),
+                    checked_mul(batch.w[ri], entries.w[ei], "the weight of a joined pair"),
                 ))
         s_preserved = (is_left and how in ("left", "full")) or (
             not is_left and how in ("right", "full"))
         o_preserved = (is_left and how in ("right", "full")) or (
             not is_left and how in ("left", "full"))
         if s_preserved:
-            odeg = sum_by(entries.q, entries.w, G) if entries is not None else np.zeros(0, np.int64)
+            odeg = (checked_sum_by(entries.q, entries.w, G, "a key's degree")
+                    if entries is not None else np.zeros(0, np.int64))
             unmatched = batch.null.copy()
             nn = kg.inv >= 0
             unmatched[nn] = odeg[kg.inv[nn]] == 0
             idx = np.flatnonzero(unmatched)
             if len(idx):
-                parts.append(orient(batch.rows.take(pa.array(idx)), None, batch.w[idx]))
+                parts.append(orient(batch.table.take(pa.array(idx)), None, batch.w[idx]))
         if o_preserved:
             self._transitions(staged, o, qcanon, qhash, parts, sign=-1, entries=entries,
                               other_is_left=not is_left)
         return _concat(parts, self.output_schema)
 
     def _transitions(
-        self, staged: Staged, o: SideIndex, qcanon: Bytes, qhash: np.ndarray,
+        self, staged: Staged, o: Index, qcanon: Bytes, qhash: np.ndarray,
         parts: list[pa.Table], sign: int, entries: Entries | None = None,
         other_is_left: bool = True,
     ) -> None:
@@ -394,67 +393,81 @@ class Join:
 
     # ---- inspection -------------------------------------------------------------------
 
-    def state(self, side: Literal["left", "right"]) -> pa.Table:
+    def state(self, side: SideName) -> pa.Table:
         """The consolidated content of ``side``: its columns plus ``_weight`` (> 0)."""
-        self._require_store()
-        if side not in ("left", "right"):
-            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
-        idx = self.left if side == "left" else self.right
-        parts_rows, parts_w, parts_enc = [], [], []
-        for cf in (idx.cf, idx.cf_nulls):
-            rows, w, enc = idx.scan(cf)
-            parts_rows.append(rows)
-            parts_w.append(w)
-            parts_enc.append(enc)
-        rows = pa.concat_tables(parts_rows)
-        w = np.concatenate(parts_w)
-        enc = Bytes.concat(parts_enc)
-        g = group_rows(row_hash(enc), enc)
-        sums = sum_by(g.inv, w, len(g))
-        keep = sums != 0
-        rows = rows.take(pa.array(g.first[keep]))
+        store = self._require_store()
+        idx = self._sides(side)[0]
+        with store.lock:
+            rows, w = idx.state()
         return rows.append_column(pa.field(WEIGHT, pa.int64(), nullable=False),
-                                  pa.array(sums[keep], pa.int64()))
+                                  pa.array(w, pa.int64()))
 
     def stats(self) -> dict[str, Any]:
         """Per-index counters and RocksDB properties.
 
         ``distinct_keys`` is exact: kept as a counter where the layout or a degree index
-        makes that free, counted by a scan otherwise (costs a pass over the side).
+        makes that free, counted by a pass over the side otherwise.
         """
         store = self._require_store()
-        out: dict[str, Any] = {
-            "join": self.name, "how": self.how, "phase": self.phase,
-            # DB-wide and cumulative since the store was opened (RocksDB has no per-CF
-            # statistics): compaction read/write bytes, flush and WAL bytes, stalls.
-            "rocksdb_activity": store.activity(),
-        }
-        compaction_off = auto_compaction_flags(store.path)
-        for label, idx in (("left", self.left), ("right", self.right)):
-            keys: int | None = idx._known_keys()
-            if keys is None:
-                keys = idx.count_distinct_keys()
-            props: dict[str, dict[str, Any]] = {}
-            total_bytes = 0
-            for cf in idx.column_families():
-                p = {
-                    name: store.property_int(cf, "rocksdb." + name)
-                    for name in _PROPERTIES
-                }
-                p["auto_compaction_disabled"] = compaction_off.get(cf)
-                props[cf] = p
-                total_bytes += (p["total-sst-files-size"] or 0) + (
-                    p["cur-size-all-mem-tables"] or 0)
-            out[label] = {
-                "layout": idx.layout,
-                "rows": self.rows(label),  # type: ignore[arg-type]
-                "null_key_rows": idx.stat(idx.cf_nulls, "rows"),
-                "entries": idx.entries,
-                "distinct_keys": keys,
-                "bytes": total_bytes,
-                "probe_cache_rows": None if idx.cache is None else len(idx.cache),
-                "rocksdb": props,
+        with store.lock:
+            out: dict[str, Any] = {
+                "join": self.name, "how": self.how, "phase": self.phase,
+                # DB-wide and cumulative since the store was opened (RocksDB keeps no
+                # per-family statistics): compaction, flush and WAL bytes, stalls.
+                "rocksdb_activity": store.activity(),
             }
+            compaction_off = auto_compaction_flags(store.path)
+            for label, idx in (("left", self.left), ("right", self.right)):
+                props: dict[str, dict[str, Any]] = {}
+                total_bytes = 0
+                for cf in idx.column_families():
+                    p: dict[str, Any] = {
+                        name: store.property_int(cf, "rocksdb." + name) for name in _PROPERTIES
+                    }
+                    p["auto_compaction_disabled"] = compaction_off.get(cf)
+                    props[cf] = p
+                    total_bytes += (p["total-sst-files-size"] or 0) + (
+                        p["cur-size-all-mem-tables"] or 0)
+                out[label] = {
+                    "layout": idx.side.layout,
+                    "rows": idx.rows,
+                    "null_key_rows": store.counter(idx.cf_nulls, "rows"),
+                    "entries": idx.entries,
+                    "distinct_keys": idx.count_distinct_keys(),
+                    "bytes": total_bytes,
+                    "probe_cache_rows": None if idx.cache is None else len(idx.cache),
+                    "rocksdb": props,
+                }
+        return out
+
+    def verify(self) -> dict[str, dict[str, int]]:
+        """Read every stored entry of both sides and check it against the counters.
+
+        Returns ``{side: {"rows": n, "entries": m, "null_rows": k}}``; raises
+        :class:`~joinstate.errors.StateCorruptedError` if a block fails its checksum or
+        a count disagrees with its counter.
+        """
+        from joinstate.errors import StateCorruptedError
+
+        store = self._require_store()
+        out: dict[str, dict[str, int]] = {}
+        with store.lock:
+            for label, idx in (("left", self.left), ("right", self.right)):
+                counted: dict[str, int] = {}
+                for layout, part in ((idx.layout, ""), (idx.nulls, "null_")):
+                    _, w, _ = layout.scan()
+                    rows = int(w.sum()) if len(w) else 0
+                    counted[part + "rows"] = rows
+                    counted[part + "entries"] = len(w)
+                    for name, got in (("rows", rows), ("entries", len(w))):
+                        want = store.counter(layout.cf, name)
+                        if got != want:
+                            raise StateCorruptedError(
+                                f"join {self.name!r}, {label} side: {layout.cf} holds {got} "
+                                f"{name} but its counter says {want}; the state is "
+                                "inconsistent: restore it from a copy or repopulate"
+                            )
+                out[label] = counted
         return out
 
 

@@ -31,6 +31,7 @@ import xxhash
 
 from joinstate._bytes import Bytes
 from joinstate.errors import SchemaMismatchError
+from joinstate.schema import finer_unit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,13 +45,6 @@ class KeyColumn:
 
     common: pa.DataType
     kind: str  # "i64" | "u64" | "f64" | "bool" | "dec" | "var"
-
-
-_UNIT_RANK = {"s": 0, "ms": 1, "us": 2, "ns": 3}
-
-
-def _finer(a: str, b: str) -> str:
-    return a if _UNIT_RANK[a] >= _UNIT_RANK[b] else b
 
 
 def _family(t: pa.DataType) -> str:
@@ -103,12 +97,13 @@ def _common(lt: pa.DataType, rt: pa.DataType, what: str) -> KeyColumn:
                 f"join key {what}: {lt} vs {rt}: a time-zone-aware timestamp never equals a "
                 "naive one; convert one side"
             )
-        return KeyColumn(pa.timestamp(_finer(lt.unit, rt.unit), tz="UTC" if lt.tz else None), "i64")
+        unit = finer_unit(lt.unit, rt.unit)
+        return KeyColumn(pa.timestamp(unit, tz="UTC" if lt.tz else None), "i64")
     if fam_l == "time":
-        unit = _finer(lt.unit, rt.unit)
+        unit = finer_unit(lt.unit, rt.unit)
         return KeyColumn(pa.time64(unit) if unit in ("us", "ns") else pa.time32(unit), "i64")
     if fam_l == "duration":
-        return KeyColumn(pa.duration(_finer(lt.unit, rt.unit)), "i64")
+        return KeyColumn(pa.duration(finer_unit(lt.unit, rt.unit)), "i64")
     if lt.scale != rt.scale:
         raise SchemaMismatchError(
             f"join key {what}: decimals {lt} and {rt} have different scales; cast one side"
@@ -157,6 +152,23 @@ class KeyCodec:
         if not parts:
             return Bytes.from_fixed(np.zeros((n, 0), dtype=np.uint8)), null
         return Bytes.concat_rows(parts), null
+
+    def shard_of(self, table: pa.Table | pa.RecordBatch, shards: int) -> np.ndarray:
+        """Shard number of every row: ``xxh3(canonical key) % shards`` (int64).
+
+        Equal keys get equal shards on both sides of a join whatever their integer
+        widths (both sides share one key plan); rows with a NULL key go to shard 0 (they
+        never match, so any shard is correct).  The one implementation of routing: the
+        in-process join and Spark's router both call it.
+        """
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise SchemaMismatchError(f"shards={shards!r} must be an int >= 1")
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        canon, null = self.encode(table)
+        h = hash_prefix(canon) % np.uint64(shards)
+        h[null] = 0
+        return h.astype(np.int64)
 
     def _encode_column(self, name: str, arr: pa.Array, kc: KeyColumn) -> Bytes:
         n = len(arr)

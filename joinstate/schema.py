@@ -25,6 +25,7 @@ __all__ = [
     "check_column_types",
     "check_storable",
     "conform_delta",
+    "finer_unit",
     "is_safe_cast",
     "is_value_castable",
 ]
@@ -68,6 +69,11 @@ _INT_RANGE = {
     pa.uint32(): (0, 2**32 - 1), pa.uint64(): (0, 2**64 - 1),
 }
 _UNIT_RANK = {"s": 0, "ms": 1, "us": 2, "ns": 3}
+
+
+def finer_unit(a: str, b: str) -> str:
+    """The finer of two time units (``"s"``, ``"ms"``, ``"us"``, ``"ns"``)."""
+    return a if _UNIT_RANK[a] >= _UNIT_RANK[b] else b
 
 
 def is_safe_cast(src: pa.DataType, dst: pa.DataType) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -14,7 +14,13 @@ from joinstate.schema import check_storable
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Side"]
+__all__ = ["Layout", "Side", "SideName"]
+
+SideName = Literal["left", "right"]
+"""The two sides of a join."""
+
+Layout = Literal["key", "unique", "bag"]
+"""How a side's rows are stored; see :attr:`Side.layout`."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +28,7 @@ class Side:
     """One side of an equi-join.
 
     ``unique_key`` is a promise that no two rows share those columns' values.  It picks
-    the storage layout (DESIGN.md §2): if the join key contains it, the side holds at most
+    the storage layout: if the join key contains it, the side holds at most
     one row per join key and is probed by multi-get; otherwise rows are keyed by join key
     plus unique key.  Without it, rows are a bag (counts per distinct row).
 
@@ -70,8 +76,8 @@ class Side:
             object.__setattr__(self, "unique_key", uk)
 
     @property
-    def layout(self) -> str:
-        """``key`` / ``unique`` / ``bag``: see :mod:`joinstate._index`."""
+    def layout(self) -> Layout:
+        """``key`` / ``unique`` / ``bag``: see :mod:`joinstate.layouts`."""
         if self.unique_key is None:
             return "bag"
         return "key" if set(self.unique_key) <= set(self.key) else "unique"
@@ -79,6 +85,18 @@ class Side:
     def validate_types(self, side: str) -> None:
         """Raise if a column type cannot be stored (named after ``side`` in the message)."""
         check_storable(self.schema, side)
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], label: str = "side") -> Side:
+        """The side a catalog entry describes (the inverse of :meth:`to_spec`)."""
+        from joinstate.errors import StateCorruptedError
+
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(spec["schema"])))
+            return cls(schema, key=list(spec["key"]), unique_key=spec.get("unique_key"))
+        except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise StateCorruptedError(f"the catalog entry of the {label} side is unreadable: "
+                                      f"{exc}") from exc
 
     def to_spec(self) -> dict[str, Any]:
         """A JSON-able description, stored in the catalog and compared on re-attach."""

@@ -23,6 +23,7 @@ import pytest
 import rocksdict as rd
 
 import joinstate
+from joinstate.names import index_cf
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -160,8 +161,13 @@ def test_index_overrides_mapping_is_frozen_and_copied() -> None:
     assert set(options.index_overrides) == {"j.left"}
     with pytest.raises(TypeError):
         options.index_overrides["j.right"] = joinstate.IndexOptions()  # type: ignore[index]
-    assert options.resolved("j.j.right").memtable == "skiplist"
-    assert options.resolved("j.j.left").memtable == "vector"
+    assert options.resolved(CF("j.right")).memtable == "skiplist"
+    assert options.resolved(CF("j.left")).memtable == "vector"
+
+
+def CF(source: str) -> str:
+    """The column family of ``source``'s index on ``k`` (every join here keys on ``k``)."""
+    return index_cf(source, ["k"])
 
 
 # --------------------------------------------------------------------------- resolution
@@ -173,25 +179,25 @@ def test_overrides_resolve_per_join_side_with_precedence() -> None:
         index_overrides={
             "sales.right": joinstate.IndexOptions(memtable="hash_skip_list",
                                                   write_buffer_size=8 * MIB),
-            "j.sales.right": joinstate.IndexOptions(memtable="hash_link_list"),
+            CF("sales.right"): joinstate.IndexOptions(memtable="hash_link_list"),
             "sales.left": joinstate.IndexOptions(disable_auto_compactions=True),
             "dates.left": joinstate.IndexOptions(memtable="vector", bloom_bits_per_key=0),
         },
     )
-    right = options.resolved("j.sales.right")
+    right = options.resolved(CF("sales.right"))
     assert right.memtable == "hash_link_list"  # the exact name wins over <join>.<side>
     assert right.write_buffer_size == 8 * MIB  # ... and the rest still layers
     assert right.bloom_bits_per_key == 10
-    left = options.resolved("j.sales.left")
+    left = options.resolved(CF("sales.left"))
     assert left.memtable == "skiplist" and left.disable_auto_compactions is True
     assert left.write_buffer_size == 64 * MIB
-    dates = options.resolved("j.dates.left")
+    dates = options.resolved(CF("dates.left"))
     assert dates.memtable == "vector" and dates.bloom_bits_per_key == 0
-    assert options.resolved("j.dates.right") == options.resolved("j.other.left")
-    extra = options.resolved("j.sales.right", joinstate.IndexOptions(memtable="vector"))
+    assert options.resolved(CF("dates.right")) == options.resolved(CF("other.left"))
+    extra = options.resolved(CF("sales.right"), joinstate.IndexOptions(memtable="vector"))
     assert extra.memtable == "vector" and extra.write_buffer_size == 8 * MIB
     # A side's override is not its .nulls / .deg family's.
-    assert options.resolved("j.sales.right.nulls").memtable == "skiplist"
+    assert options.resolved(CF("sales.right") + '.nulls').memtable == "skiplist"
 
 
 @pytest.mark.parametrize("memtable", ["skiplist", "hash_skip_list", "hash_link_list", "vector"])
@@ -200,14 +206,14 @@ def test_cf_options_build_for_every_family(tmp_path: Path, memtable: str) -> Non
                  for side in ("left", "right", "left.deg", "right.nulls")}
     options = joinstate.StoreOptions(index_overrides=overrides, memtable=memtable)  # type: ignore[arg-type]
     cache = rd.Cache(MIB)
-    for name in ("__meta__", "j.j.left", "j.j.left.nulls", "j.j.left.deg", "j.j.right.nulls"):
+    for name in ("__meta__", CF("j.left"), CF("j.left") + '.nulls', CF("j.left") + '.deg', CF("j.right") + '.nulls'):
         assert isinstance(options.cf_options(name, cache), rd.Options)
         assert isinstance(options.cf_options(name, None, prefix_extractor=False), rd.Options)
     side = joinstate.Side(pa.schema([("k", pa.int64())]), key=["k"])
     with joinstate.StateStore(tmp_path, options) as store:
         join = store.join("j", left=side, right=side, how="full")
         for label in ("left", "right"):
-            for cf in join.index(label).column_families():
+            for cf in join.index(label).column_families:
                 assert isinstance(store.cf_options(cf), rd.Options)
                 assert isinstance(
                     store.cf_options(cf, joinstate.IndexOptions(memtable="vector")), rd.Options
@@ -307,7 +313,7 @@ OVERRIDES = {
     "j.left": joinstate.IndexOptions(memtable="hash_skip_list", hash_bucket_count=4096),
     "j.right": joinstate.IndexOptions(memtable="hash_link_list", hash_bucket_count=4096),
     "j.left.deg": joinstate.IndexOptions(memtable="vector"),
-    "j.j.right.deg": joinstate.IndexOptions(memtable="hash_skip_list"),
+    CF("j.right") + '.deg': joinstate.IndexOptions(memtable="hash_skip_list"),
     "k.left": joinstate.IndexOptions(memtable="vector", write_buffer_size=2 * MIB),
     "k.right": joinstate.IndexOptions(memtable="hash_skip_list", bloom_bits_per_key=0),
     "m.left": joinstate.IndexOptions(memtable="hash_link_list"),
@@ -343,7 +349,7 @@ def test_memtable_overrides_give_correct_joins(tmp_path: Path, name: str) -> Non
         for label in ("left", "right"):
             idx = join.index(label)
             short = f"{name}.{label}"
-            assert options.resolved(idx.cf).memtable == OVERRIDES[short].memtable
+            assert options.resolved(idx.column_family).memtable == OVERRIDES[short].memtable
         # Big batches first, then small ones: small probes of a big side go to RocksDB
         # (multi-get or prefix iteration) rather than a scan into the probe cache.
         push(join, "left", 400)

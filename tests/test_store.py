@@ -160,7 +160,7 @@ def test_two_joins_in_one_store_are_independent(tmp_path: Path) -> None:
         cfs = store.column_families()
         for name in ("a", "b"):
             for side in ("left", "right"):
-                assert f"j.{name}.{side}" in cfs
+                assert store.join(name).index(side).column_family in cfs
         b = store.join("b", left=LEFT, right=RIGHT, how="left")
         assert as_counter(b.state("left")) == Counter({(1, "b1"): 1, (5, "b5"): 1})
         check_persisted(store.join("a", left=LEFT, right=RIGHT))
@@ -319,9 +319,14 @@ def test_commit_id_applies_once_and_survives_reopen(tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path) as store:
         join = store.join("j", left=LEFT, right=RIGHT)
         assert join.committed("x")
-        # A retry after a restart, even with a different payload, returns the recorded output.
-        third = join.push("left", left_delta([(1, "zzz")]), commit_id="x")
+        # A retry after a restart with the same change returns the recorded output; the
+        # same id with a different change is a conflict and applies nothing.
+        third = join.push("left", left_delta([(3, "c"), (1, "a")]), commit_id="x")
         assert as_counter(third) == as_counter(first)
+        with pytest.raises(joinstate.CommitConflictError, match="'x'"):
+            join.push("left", left_delta([(1, "zzz")]), commit_id="x")
+        with pytest.raises(joinstate.CommitConflictError, match="'x'"):
+            join.push("right", right_delta([(1, "a")]), commit_id="x")
         assert as_counter(join.state("left")) == Counter({(1, "a"): 1, (3, "c"): 1})
         # Another id applies.
         out = join.push("left", left_delta([(1, "a")]), commit_id="y")
@@ -370,8 +375,8 @@ def test_recreate_empty_switches_memtable_of_an_empty_index(tmp_path: Path) -> N
     with joinstate.StateStore(tmp_path, options) as store:
         join = store.join("j", left=LEFT, right=RIGHT)
         for side in ("left", "right"):
-            store.recreate_empty(join.index(side).cf, hash_skip)
-        store.recreate_empty(join.index("left").cf_nulls, hash_skip)
+            store.recreate_empty(join.index(side).column_family, hash_skip)
+        store.recreate_empty(join.index("left").data_column_families[1], hash_skip)
         n = 400
         join.push("left", left_delta([(i % 100, f"v{i}") for i in range(n)]))
         join.push("right", right_delta([(i, f"r{i}") for i in range(0, 200, 2)]))
@@ -397,12 +402,13 @@ def test_recreate_empty_refuses_a_non_empty_index(
     with joinstate.StateStore(tmp_path) as store:
         join = store.join("j", left=LEFT, right=RIGHT)
         for idx in (join.index("left"), join.index("right")):
-            store.recreate_empty(idx.cf, joinstate.IndexOptions(memtable=memtable))  # type: ignore[arg-type]
+            store.recreate_empty(idx.column_family, joinstate.IndexOptions(memtable=memtable))  # type: ignore[arg-type]
         populate(join)
         join.push("left", left_delta([(2, "c")], [-1]))  # a delete does not empty the index
         if flushed:
             store.flush()
-        for cf in (join.index("left").cf, join.index("right").cf, join.index("left").cf_nulls):
+        for cf in (join.index("left").column_family, join.index("right").column_family,
+                   join.index("left").data_column_families[1]):
             with pytest.raises(joinstate.JoinStateError) as info:
                 store.recreate_empty(cf, joinstate.IndexOptions(memtable="vector"))
             assert repr(cf) in str(info.value)
@@ -451,19 +457,19 @@ def test_stats_count_what_was_pushed(
         assert left["entries"] >= 3  # (1,a), (1,b), (2,c): maybe more unconsolidated entries
         for label, side_stats in (("left", left), ("right", right_stats)):
             idx = join.index(label)  # type: ignore[arg-type]
-            assert set(side_stats["rocksdb"]) == set(idx.column_families())
-            assert idx.cf in side_stats["rocksdb"] and idx.cf_nulls in side_stats["rocksdb"]
+            assert set(side_stats["rocksdb"]) == set(idx.column_families)
+            assert set(idx.data_column_families) <= set(side_stats["rocksdb"])
             for props in side_stats["rocksdb"].values():
                 for name in PROPERTY_NAMES:
                     assert name in props
                     assert props[name] is None or isinstance(props[name], int)
             assert isinstance(side_stats["bytes"], int) and side_stats["bytes"] > 0
-            assert side_stats["rocksdb"][idx.cf]["estimate-num-keys"] >= 1
+            assert side_stats["rocksdb"][idx.column_family]["estimate-num-keys"] >= 1
         store.flush()
         flushed = join.stats()
         for label in ("left", "right"):
             idx = join.index(label)  # type: ignore[arg-type]
-            assert flushed[label]["rocksdb"][idx.cf]["total-sst-files-size"] > 0
+            assert flushed[label]["rocksdb"][idx.column_family]["total-sst-files-size"] > 0
             for field in ("rows", "null_key_rows", "distinct_keys", "entries"):
                 assert flushed[label][field] == stats[label][field]
     with joinstate.StateStore(tmp_path) as store:
@@ -548,7 +554,7 @@ def test_read_only_store_reads_while_a_writer_holds_the_lock(tmp_path: Path) -> 
 
 
 def test_read_only_refuses_what_does_not_exist(tmp_path: Path) -> None:
-    with pytest.raises(joinstate.StateCorruptedError, match="read-only"):
+    with pytest.raises(joinstate.NotAStateStoreError, match="read-only"):
         joinstate.StateStore(tmp_path / "nothing", read_only=True)
     with joinstate.StateStore(tmp_path / "s") as store:
         _ro_join(store)

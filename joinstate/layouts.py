@@ -1,0 +1,400 @@
+"""Row layouts of an index: how rows are keyed, staged, probed and decoded in RocksDB.
+
+Three layouts, chosen by what is known about uniqueness (:attr:`joinstate.Side.layout`):
+
+``key``     the join key is unique on the side: RocksDB key = prefix + canon,
+            value = row.  Probed by multi-get.
+``unique``  the side has a unique row key: key = prefix + canon + canon(unique key),
+            value = row.  Probed by prefix iteration.
+``bag``     nothing is unique: key = prefix + canon + xxh3_128(row) + seq,
+            value = count + row.
+
+``prefix`` is the 8-byte big-endian xxh3 of the canonical join key ``canon``.
+
+The bag layout *appends*: an insert is a blind put of a new entry (no read), because on
+the machines this was measured on a bloom-filtered multi-get miss (~1 µs) costs about
+half a memtable put (~1.8 µs): reading before every write would add ~60%.  Several
+entries of one row may therefore coexist (one per batch that inserted it); readers sum
+them.  Only a retraction reads: it sums the row's entries, checks the multiplicity stays
+>= 0 and rewrites them as one entry.  ``seq`` is the index's batch counter, so the keys
+of one batch never collide with earlier ones.
+
+The unique layouts read before writing, to enforce the declared key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from joinstate import _rocks
+from joinstate._bytes import Bytes
+from joinstate._probe import COST_GET_US, COST_ROW_US, COST_SEEK_US, Entries
+from joinstate._zset import checked_int, checked_sum, group_keys, sum_by
+from joinstate.errors import (
+    OverRetractionError,
+    SchemaMismatchError,
+    StateCorruptedError,
+    UniqueKeyViolationError,
+)
+from joinstate.keys import hash_prefix, prefix_bytes
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from joinstate.batch import PreparedBatch
+    from joinstate.codec import RowCodec
+    from joinstate.keys import KeyCodec
+    from joinstate.store import StateStore
+    from joinstate.transaction import Transaction
+
+__all__ = ["BagLayout", "KeyLayout", "RowLayout", "UniqueLayout", "describe_key"]
+
+_SEQ_BYTES = 8  # batch sequence, big-endian so entries of one row sort by batch
+_RH_BYTES = 16  # xxh3_128 of the encoded row
+
+
+def describe_key(batch: PreparedBatch, r: int, cols: Sequence[str]) -> str:
+    """The values of ``cols`` in row ``r`` of ``batch``, for error messages."""
+    vals = [batch.table.column(c)[r].as_py() for c in cols]
+    return repr(vals[0]) if len(vals) == 1 else repr(tuple(vals))
+
+
+def _i64_column(values: np.ndarray) -> Bytes:
+    return Bytes.from_fixed(values.astype("<i8").view(np.uint8).reshape(len(values), 8))
+
+
+class RowLayout:
+    """Base of the three layouts: one column family, the side's codecs, a store.
+
+    Subclasses own how a batch is staged into a :class:`Transaction`, how stored
+    entries of some keys are read back (:meth:`probe`), and how values decode.
+    """
+
+    name: ClassVar[str]
+    counted: ClassVar[bool] = False  # values start with an int64 count
+
+    def __init__(
+        self, store: StateStore, cf: str, side: str, key: Sequence[str],
+        key_codec: KeyCodec, row_codec: RowCodec,
+    ) -> None:
+        self.store = store
+        self.cf = cf
+        self.side = side
+        self.key = list(key)
+        self.key_codec = key_codec
+        self.row_codec = row_codec
+
+    # ---- decoding ---------------------------------------------------------------------
+
+    def decode(self, values: list[bytes]) -> tuple[pa.Table, np.ndarray, Bytes]:
+        """Stored values -> rows, weights, each row's encoding."""
+        packed = Bytes.from_list(values)
+        if not self.counted:
+            return self.row_codec.decode(packed), np.ones(len(values), np.int64), packed
+        n = len(values)
+        if n == 0:
+            return self.row_codec.schema.empty_table(), np.zeros(0, np.int64), packed
+        count_pos = packed.offsets[:-1, None] + np.arange(8, dtype=np.int64)
+        w = np.ascontiguousarray(packed.data[count_pos]).view("<i8").reshape(n).astype(np.int64)
+        rows = self.row_codec.decode(packed, skip=8)
+        keep = np.ones(len(packed.data), dtype=bool)
+        keep[count_pos] = False
+        enc = Bytes(packed.data[keep], packed.offsets - 8 * np.arange(n + 1, dtype=np.int64))
+        return rows, w, enc
+
+    def scan(self) -> tuple[pa.Table, np.ndarray, Bytes]:
+        """Every stored entry (bag entries unconsolidated): rows, weights, encodings."""
+        values = _rocks.iter_values(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
+        return self.decode(values)
+
+    # ---- the layout's own business ----------------------------------------------------
+
+    def stage(
+        self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
+        txn: Transaction,
+    ) -> None:
+        """Validate ``rows`` of ``batch`` against stored state and stage their writes."""
+        raise NotImplementedError
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        """Stored entries whose join key is one of the (distinct) query keys."""
+        raise NotImplementedError
+
+    def point_cost(self, nq: int, rows_per_key: float) -> float:
+        """Estimated µs to probe ``nq`` keys from RocksDB (the probe policy's input)."""
+        return nq * (COST_SEEK_US + rows_per_key * COST_ROW_US)
+
+    def distinct_keys(self, entries: int) -> int:
+        """Distinct join keys stored (a pass over the family unless known for free)."""
+        rows, _, _ = self.scan()
+        canon, _ = self.key_codec.encode(rows)
+        return len(set(canon.to_list()))
+
+    # ---- shared pieces ----------------------------------------------------------------
+
+    def _over_retraction(self, batch: PreparedBatch, r: int, have: int, would: int) -> None:
+        raise OverRetractionError(
+            f"{self.side} side: the batch would take the multiplicity of a row with key "
+            f"{self.key} = {describe_key(batch, r, self.key)} from {have} to {would}; "
+            "retract only rows that are present; nothing of the batch was applied"
+        )
+
+    def _prefix_probe(self, qcanon: Bytes, qhash: np.ndarray) -> tuple[Entries, Bytes]:
+        """One bounded iteration per distinct key, in key-hash order.
+
+        The iterator stops at the end of the 8-byte prefix; keys that only share the
+        hash prefix are filtered after decoding, vectorised.
+        """
+        nq = len(qhash)
+        order = np.argsort(qhash, kind="stable")
+        p8 = prefix_bytes(qhash[order]).to_list()
+        values, counts_sorted = _rocks.prefix_values(
+            self.store.cf(self.cf), p8, self.store.path, f"probe {self.cf}")
+        counts = np.zeros(nq, dtype=np.int64)
+        counts[order] = counts_sorted
+        q = np.repeat(order, counts[order])
+        rows, w, enc = self.decode(values)
+        if len(q):
+            canon, _ = self.key_codec.encode(rows)
+            ok = canon.equals(qcanon.take(q))
+            if not ok.all():
+                keep = np.flatnonzero(ok)
+                rows, w, q, enc = rows.take(pa.array(keep)), w[keep], q[keep], enc.take(keep)
+        return Entries(rows, w, q), enc
+
+
+class _UniqueBase(RowLayout):
+    """Shared staging of the two unique layouts (read, check, write)."""
+
+    unique_key: list[str]
+
+    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
+        bytes
+    ]:
+        """The RocksDB key of each row."""
+        raise NotImplementedError
+
+    def check_within(self, batch: PreparedBatch) -> None:
+        """Reject a batch that by itself puts two rows under one unique key."""
+
+    def stage(
+        self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
+        txn: Transaction,
+    ) -> None:
+        skeys = self.store_keys(batch, rows, group_prefix)
+        w = batch.w[rows]
+        firsts: dict[bytes, int] = {}
+        inv = np.fromiter((firsts.setdefault(k, len(firsts)) for k in skeys), np.int64, len(skeys))
+        gkeys = list(firsts)
+        existing = _rocks.multi_get(self.store.cf(self.cf), gkeys, self.store.path,
+                                    f"read {self.cf}")
+        enc_list = batch.enc.take(rows).to_list()
+        match = np.fromiter(
+            (e == existing[g] for e, g in zip(enc_list, inv.tolist(), strict=True)), bool, len(w)
+        )
+        final = w + match
+        bad = np.flatnonzero(final < 0)
+        if len(bad):
+            self._over_retraction(batch, int(rows[bad[0]]), int(match[bad[0]]),
+                                  int(final[bad[0]]))
+        present = np.array([v is not None for v in existing], dtype=bool)
+        matched_any = np.zeros(len(firsts), dtype=bool)
+        matched_any[inv[match]] = True
+        survivors = np.bincount(inv, weights=(final >= 1), minlength=len(firsts)).astype(np.int64)
+        survivors += present & ~matched_any
+        over = np.flatnonzero(final > 1)
+        crowded = np.flatnonzero(survivors > 1)
+        if len(over) or len(crowded):
+            r = rows[over[0]] if len(over) else rows[np.flatnonzero(inv == crowded[0])[0]]
+            what = self.unique_key
+            raise UniqueKeyViolationError(
+                f"{self.side} side: the batch would leave more than one row with unique key "
+                f"{what} = {describe_key(batch, int(r), what)}; an update must retract the "
+                "old row (weight -1) in the same or an earlier batch; nothing was applied"
+            )
+        put_rows = np.flatnonzero(final == 1)
+        puts = put_rows.tolist()
+        txn.put_many(self.cf, [skeys[i] for i in puts], [enc_list[i] for i in puts])
+        gone = present & matched_any
+        gone[inv[put_rows]] = False
+        for gi in np.flatnonzero(gone).tolist():
+            txn.delete(self.cf, gkeys[gi])
+        txn.add(self.cf, "rows", checked_sum(w, f"rows of {self.cf}"))
+        txn.add(self.cf, "entries",
+                int((~present[inv[put_rows]]).sum()) - int(gone.sum()))
+
+
+class KeyLayout(_UniqueBase):
+    """The join key is unique: at most one row per key, probed by multi-get."""
+
+    name = "key"
+
+    def __init__(
+        self, store: StateStore, cf: str, side: str, key: Sequence[str],
+        key_codec: KeyCodec, row_codec: RowCodec, unique_key: Sequence[str],
+    ) -> None:
+        super().__init__(store, cf, side, key, key_codec, row_codec)
+        self.unique_key = list(unique_key)
+
+    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
+        bytes
+    ]:
+        return group_prefix.to_list()
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        prefixes = Bytes.concat_rows([prefix_bytes(qhash), qcanon]).to_list()
+        got = _rocks.multi_get(self.store.cf(self.cf), prefixes, self.store.path,
+                               f"probe {self.cf}")
+        hit = [i for i, v in enumerate(got) if v is not None]
+        rows, w, _ = self.decode([got[i] for i in hit])
+        return Entries(rows, w, np.asarray(hit, dtype=np.int64))
+
+    def point_cost(self, nq: int, rows_per_key: float) -> float:
+        return nq * COST_GET_US
+
+    def distinct_keys(self, entries: int) -> int:
+        return entries
+
+
+class UniqueLayout(_UniqueBase):
+    """A unique row key other than the join key: key + unique key, prefix-probed."""
+
+    name = "unique"
+
+    def __init__(
+        self, store: StateStore, cf: str, side: str, key: Sequence[str],
+        key_codec: KeyCodec, row_codec: RowCodec, unique_key: Sequence[str],
+        unique_codec: KeyCodec,
+    ) -> None:
+        super().__init__(store, cf, side, key, key_codec, row_codec)
+        self.unique_key = list(unique_key)
+        self.unique_codec = unique_codec
+
+    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
+        bytes
+    ]:
+        ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(rows)))
+        return Bytes.concat_rows([group_prefix, ucanon]).to_list()
+
+    def check_within(self, batch: PreparedBatch) -> None:
+        """Reject two rows (or two copies of one row) with one unique key in a batch.
+
+        Stored rows are checked against the batch per join key while staging (that read
+        is needed anyway).  A row inserted under another join key than a stored row with
+        the same unique key is *not* detected across batches: that would need a second
+        index (unique key -> join key) and a read per inserted row, doubling the write
+        cost of this layout.  The join output stays correct (rows are stored under
+        distinct keys and counted as a bag); only the promise goes unchecked.
+        """
+        for c in self.unique_key:
+            if batch.table.column(c).null_count:
+                raise SchemaMismatchError(
+                    f"{self.side} side: unique key column {c!r} has NULLs; a unique key "
+                    "must be non-null"
+                )
+        ins = np.flatnonzero(batch.w > 0)
+        if not len(ins):
+            return
+        ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(ins)))
+        groups = group_keys(hash_prefix(ucanon), ucanon)
+        twice = np.flatnonzero(batch.w[ins] > 1)
+        if len(groups) < len(ins) or len(twice):
+            if len(twice):
+                r = int(ins[twice[0]])
+            else:
+                dup = np.flatnonzero(groups.first[groups.inv] != np.arange(len(ins)))
+                r = int(ins[dup[0]])
+            raise UniqueKeyViolationError(
+                f"{self.side} side: the batch inserts more than one row with unique key "
+                f"{self.unique_key} = {describe_key(batch, r, self.unique_key)}; "
+                "nothing was applied"
+            )
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        return self._prefix_probe(qcanon, qhash)[0]
+
+
+class BagLayout(RowLayout):
+    """Nothing is unique: append-only entries of (row, count), summed by readers."""
+
+    name = "bag"
+    counted = True
+
+    def stage(
+        self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
+        txn: Transaction,
+    ) -> None:
+        w = batch.w[rows]
+        enc = batch.enc.take(rows)
+        base = Bytes.concat_rows([group_prefix, batch.rh.take(rows)])
+        seq_b = seq.to_bytes(_SEQ_BYTES, "big")
+        ins = np.flatnonzero(w > 0)
+        dels = np.flatnonzero(w < 0)
+        entries_delta = 0
+        if len(ins):
+            seqs = Bytes.from_fixed(
+                np.frombuffer(seq_b * len(ins), np.uint8).reshape(len(ins), _SEQ_BYTES))
+            keys = Bytes.concat_rows([base.take(ins), seqs])
+            values = Bytes.concat_rows([_i64_column(w[ins]), enc.take(ins)])
+            txn.put_many(self.cf, keys.to_list(), values.to_list())
+            entries_delta += len(ins)
+        if len(dels):
+            base_list = base.take(dels).to_list()
+            enc_list = enc.take(dels).to_list()
+            found = _rocks.range_entries(self.store.cf(self.cf), base_list, self.store.path,
+                                         f"read {self.cf}")
+            for j, (b, e) in enumerate(zip(base_list, enc_list, strict=True)):
+                total = 0
+                for _k, v in found[j]:
+                    if v[8:] != e:
+                        msg = (f"{self.side} side: xxh3_128 collision or corrupt entry in "
+                               f"{self.cf}; verify the store (StateStore.verify())")
+                        raise StateCorruptedError(msg)
+                    total += int.from_bytes(v[:8], "little", signed=True)
+                new_total = total + int(w[dels[j]])
+                if new_total < 0:
+                    self._over_retraction(batch, int(rows[dels[j]]), total, new_total)
+                for k, _v in found[j]:
+                    txn.delete(self.cf, k)
+                entries_delta -= len(found[j])
+                if new_total > 0:
+                    checked_int(new_total, f"multiplicity of a row in {self.cf}")
+                    txn.put(self.cf, b + seq_b, new_total.to_bytes(8, "little", signed=True) + e)
+                    entries_delta += 1
+        txn.add(self.cf, "rows", checked_sum(w, f"rows of {self.cf}"))
+        txn.add(self.cf, "entries", entries_delta)
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        entries, enc = self._prefix_probe(qcanon, qhash)
+        if len(entries.w) > 1:
+            return _merge_adjacent_entries(entries, enc)
+        return entries
+
+    def distinct_keys(self, entries: int) -> int:
+        # Keys end in a fixed row hash + batch sequence, so the join-key part is read off
+        # the RocksDB keys without decoding a single row.
+        keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
+        return len({k[: -(_RH_BYTES + _SEQ_BYTES)] for k in keys})
+
+
+def _merge_adjacent_entries(entries: Entries, enc: Bytes) -> Entries:
+    """Sum the entries of one row (bag rows inserted by several batches).
+
+    They are adjacent in key order (key = prefix + canon + row hash + seq), so comparing
+    neighbours suffices; merging keeps push outputs consolidated (one output row per
+    distinct pair) instead of repeating a row once per batch that inserted it.  The sums
+    are bounded by the side's rows counter, which is checked, so they cannot overflow.
+    """
+    rows, w, q = entries.rows, entries.w, entries.q
+    n = len(w)
+    same = np.zeros(n, dtype=bool)
+    same[1:] = (q[1:] == q[:-1]) & enc.take(np.arange(1, n)).equals(enc.take(np.arange(n - 1)))
+    if not same.any():
+        return entries
+    first = np.flatnonzero(~same)
+    gid = np.cumsum(~same) - 1
+    return Entries(rows.take(pa.array(first)), sum_by(gid, w, len(first)), q[first])
+

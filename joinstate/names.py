@@ -1,0 +1,140 @@
+"""Every column-family name and every ``__meta__`` key of a state store, in one place.
+
+An index is named after what it indexes — a *source* (a join's input side, or a
+pipeline collection) and the key columns — not after the operator that asked for it, so
+that two operators needing the same rows on the same key can share one index.  A join
+``sales`` has the sources ``sales.left`` and ``sales.right``.
+
+Column families of one index ``<cf>``:
+
+* ``<cf>``        rows with a non-NULL key, keyed by 8-byte key hash + canonical key + ...
+* ``<cf>.nulls``  rows whose key has a NULL (they never match; outer joins emit them)
+* ``<cf>.deg``    per-key total weight, for sides whose degree an outer/semi/anti join needs
+
+``__meta__`` holds bookkeeping only, never data; its keys are ``<kind>\\x00<parts>``:
+the layout version, one catalog entry per join, each join's phase, commit records, and
+per-column-family counters (big-endian int64, updated in the same write as the data).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from joinstate.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "COUNTER_NAMES",
+    "LAYOUT_VERSION_KEY",
+    "META_CF",
+    "commit_key",
+    "commit_prefix",
+    "counter_key",
+    "degree_cf",
+    "index_cf",
+    "is_keyed_cf",
+    "join_spec_key",
+    "join_spec_prefix",
+    "nulls_cf",
+    "option_aliases",
+    "phase_key",
+    "source_of_join_side",
+    "validate_name",
+]
+
+META_CF = "__meta__"
+"""The bookkeeping column family (catalog, phases, commit records, counters)."""
+
+LAYOUT_VERSION_KEY = b"layout_version"
+
+COUNTER_NAMES = ("rows", "entries", "seq", "keys")
+"""Counters kept per column family: total weight, stored entries, batch sequence, keys."""
+
+_INDEX = "ix."
+_NULLS = ".nulls"
+_DEGREE = ".deg"
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}$")
+
+
+def validate_name(kind: str, name: object) -> str:
+    """Return ``name`` if it is a valid join/source name, else raise naming ``kind``."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise SchemaMismatchError(
+            f"{kind} name {name!r} must be 1-128 characters of letters, digits, '_' or '-'"
+        )
+    return name
+
+
+def source_of_join_side(join: str, side: str) -> str:
+    """The source a join's side indexes: ``<join>.<side>``."""
+    return f"{join}.{side}"
+
+
+def index_cf(source: str, key: Sequence[str]) -> str:
+    """The column family of the index of ``source`` on ``key``."""
+    return f"{_INDEX}{source}[{','.join(key)}]"
+
+
+def nulls_cf(index: str) -> str:
+    """The family holding the index's NULL-key rows."""
+    return index + _NULLS
+
+
+def degree_cf(index: str) -> str:
+    """The family holding the index's per-key total weights."""
+    return index + _DEGREE
+
+
+def is_keyed_cf(cf: str) -> bool:
+    """Whether ``cf``'s keys start with the 8-byte key hash (prefix extractor applies)."""
+    return cf.startswith(_INDEX) and not cf.endswith(_NULLS)
+
+
+def option_aliases(cf: str) -> tuple[str, ...]:
+    """Names by which ``StoreOptions.index_overrides`` may address family ``cf``.
+
+    The family's own name, and for an index family its source (``sales.right``; the
+    NULL-key and degree families as ``sales.right.nulls`` / ``sales.right.deg``), so a
+    user can tune a join side without knowing the naming scheme.
+    """
+    if cf.startswith(_INDEX) and "]" in cf:
+        source = cf[len(_INDEX):cf.index("[")]
+        return (cf, source + cf[cf.rindex("]") + 1:])
+    return (cf,)
+
+
+# ---- __meta__ keys -----------------------------------------------------------------------
+
+def join_spec_prefix() -> bytes:
+    """Prefix of every catalog entry."""
+    return b"join\x00"
+
+
+def join_spec_key(join: str) -> bytes:
+    """Catalog entry of join ``join`` (its JSON spec)."""
+    return join_spec_prefix() + join.encode()
+
+
+def phase_key(join: str) -> bytes:
+    """The phase (``population`` / ``live``) of join ``join``."""
+    return b"phase\x00" + join.encode()
+
+
+def commit_prefix(owner: str) -> bytes:
+    """Prefix of every commit record of ``owner`` (a join)."""
+    return b"commit\x00" + owner.encode() + b"\x00"
+
+
+def commit_key(owner: str, commit_id: str) -> bytes:
+    """The commit record of ``commit_id`` (a digest of the change set, then its output)."""
+    if not isinstance(commit_id, str) or not commit_id:
+        raise SchemaMismatchError(f"commit_id={commit_id!r} must be a non-empty string")
+    return commit_prefix(owner) + commit_id.encode()
+
+
+def counter_key(cf: str, name: str) -> bytes:
+    """The counter ``name`` (one of :data:`COUNTER_NAMES`) of column family ``cf``."""
+    return b"stat\x00" + cf.encode() + b"\x00" + name.encode()

@@ -1,0 +1,162 @@
+"""A transaction: one atomic unit of work against a state store.
+
+Everything one push changes — rows of every index it touches, counters, commit records —
+is staged here first and written by :meth:`Transaction.commit` as one RocksDB
+``WriteBatch``: all of it or none of it.  Staging instead of writing as we go is what
+lets validation (over-retraction, unique keys, weight overflow, commit conflicts) finish
+before anything reaches RocksDB, and it is what lets one push span several indexes (a
+pipeline source feeding several operators).
+
+A bulk loader may take the data writes instead (``commit(sink=...)``), e.g. to write
+them as sorted SST files for ingestion; the counters and records are then still written
+through a ``WriteBatch`` after the sink returns.
+
+Status machine: ``open`` -> ``committed`` | ``failed``.  A transaction is used once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+
+import rocksdict as rd
+
+from joinstate._zset import checked_int
+from joinstate.errors import JoinStateError
+from joinstate.names import META_CF, counter_key
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from joinstate.store import StateStore
+
+__all__ = ["BulkSink", "Transaction", "WriteBlock"]
+
+_BLOCK_ROWS = 4096
+
+
+class WriteBlock(NamedTuple):
+    """Staged writes to one column family; a ``None`` value deletes its key."""
+
+    column_family: str
+    keys: list[bytes]
+    values: list[bytes | None]
+
+
+class BulkSink(Protocol):
+    """Takes a transaction's data writes instead of a ``WriteBatch`` (bulk loading).
+
+    Called before anything else of the transaction is written; raising refuses the
+    writes, and then nothing of the transaction is written at all.
+    """
+
+    def __call__(self, blocks: Sequence[WriteBlock]) -> None:
+        """Keep ``blocks`` (they become visible when the sink makes them so)."""
+
+
+class Transaction:
+    """Staged writes per column family, counter deltas and ``__meta__`` records.
+
+    Obtain one from :meth:`StateStore.transaction`; stage with :meth:`put_many`,
+    :meth:`put`, :meth:`delete`, :meth:`add` and :meth:`record`; then :meth:`commit`.
+    """
+
+    __slots__ = ("_counters", "_records", "blocks", "state", "store")
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.blocks: list[WriteBlock] = []
+        self._counters: dict[tuple[str, str], int] = {}
+        self._records: list[tuple[bytes, bytes | None]] = []
+        self.state: Literal["open", "committed", "failed"] = "open"
+
+    # ---- staging ----------------------------------------------------------------------
+
+    def put_many(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
+        """Stage puts of ``keys`` -> ``values`` into ``cf`` (lists are kept, not copied)."""
+        if keys:
+            self.blocks.append(WriteBlock(cf, keys, values))  # type: ignore[arg-type]
+
+    def put(self, cf: str, key: bytes, value: bytes | None) -> None:
+        """Stage one put (``value`` None: a delete)."""
+        last = self.blocks[-1] if self.blocks else None
+        if last is not None and last.column_family == cf and len(last.keys) < _BLOCK_ROWS:
+            last.keys.append(key)
+            last.values.append(value)
+        else:
+            self.blocks.append(WriteBlock(cf, [key], [value]))
+
+    def delete(self, cf: str, key: bytes) -> None:
+        """Stage a delete of ``key`` in ``cf``."""
+        self.put(cf, key, None)
+
+    def add(self, cf: str, counter: str, delta: int) -> None:
+        """Stage ``delta`` onto the counter ``counter`` of column family ``cf``."""
+        if delta:
+            k = (cf, counter)
+            self._counters[k] = self._counters.get(k, 0) + int(delta)
+
+    def record(self, key: bytes, value: bytes | None) -> None:
+        """Stage a ``__meta__`` record (a commit record, a phase); None deletes it."""
+        self._records.append((key, value))
+
+    @property
+    def writes(self) -> int:
+        """Number of staged data writes."""
+        return sum(len(b.keys) for b in self.blocks)
+
+    @property
+    def deletes(self) -> bool:
+        """Whether any staged data write is a delete."""
+        return any(None in b.values for b in self.blocks)
+
+    # ---- commit -----------------------------------------------------------------------
+
+    def commit(self, sink: BulkSink | None = None) -> None:
+        """Write everything staged, atomically; publish the new counters on success.
+
+        Counters are checked against the int64 range before anything is written
+        (:class:`~joinstate.errors.WeightOverflowError`).  With ``sink``, the data writes
+        go to the sink first (it may refuse by raising), then counters and records.
+        """
+        if self.state != "open":
+            msg = f"transaction already {self.state}"
+            raise JoinStateError(msg)
+        store = self.store
+        try:
+            new: dict[bytes, int] = {}
+            for (cf, name), delta in self._counters.items():
+                value = store.counter(cf, name) + delta
+                new[counter_key(cf, name)] = checked_int(value, f"counter {name!r} of {cf}")
+            if sink is not None:
+                sink(self.blocks)
+            wb = rd.WriteBatch(raw_mode=True)
+            if sink is None:
+                for cf, keys, values in self.blocks:
+                    # Always name the family's handle: a WriteBatch put without one goes
+                    # to the default family.
+                    h = store.handle(cf)
+                    if None in values:
+                        for k, v in zip(keys, values, strict=True):
+                            if v is None:
+                                wb.delete(k, h)
+                            else:
+                                wb.put(k, v, h)
+                    else:
+                        put = wb.put
+                        for k, v in zip(keys, values, strict=True):
+                            put(k, v, h)
+            if new or self._records:
+                meta = store.handle(META_CF)
+                for key, value in new.items():
+                    wb.put(key, value.to_bytes(8, "big", signed=True), meta)
+                for key, raw in self._records:
+                    if raw is None:
+                        wb.delete(key, meta)
+                    else:
+                        wb.put(key, raw, meta)
+            store.write(wb)
+        except BaseException:
+            self.state = "failed"
+            raise
+        store.publish_counters(new)
+        self.state = "committed"

@@ -1,0 +1,35 @@
+"""Read-only views of the core's state for drivers (population, Spark, the planner).
+
+Drivers need facts about an index (its column families, its layout, whether its inserts
+are blind appends) and about a prepared batch (how many rows it deletes); they get them
+as frozen snapshots, never as the core's own objects, so the core can change how it
+stores things without breaking them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from joinstate.side import Layout
+
+__all__ = ["IndexInfo"]
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """What a driver may know about one index (a join side's rows by join key).
+
+    ``appends_blindly``: inserts never read state (bag layout, no degree family), so
+    the index's batches may be written by a bulk (SST) sink.  ``rows`` and ``entries``
+    are the counters at the time the view was taken.
+    """
+
+    name: str
+    column_family: str
+    column_families: tuple[str, ...]
+    data_column_families: tuple[str, ...]
+    layout: Layout
+    tracks_degree: bool
+    appends_blindly: bool
+    rows: int
+    entries: int
