@@ -12,7 +12,7 @@ import sys
 SUITES = {
     "demo": ("bench.demo", "populate customer x sales, apply live changes, check with DuckDB"),
     "core": ("bench.core", "push rates of the join operator vs the raw WriteBatch ceiling"),
-    "population": ("bench.population", "population strategies x orders (issue: population)"),
+    "population": ("bench.population", "population strategies x orders; small-side memtables"),
     "spark": ("bench.spark_population", "population driven from Spark mapInArrow workers"),
 }
 

@@ -7,10 +7,10 @@ Measured in one process, on one data set (100k customer-like rows unique on thei
 (b) right push probing the full left side (input rows/s and output rows/s);
 (c) left push into a join whose right side is full (fan-out ~30);
 (d) the raw rocksdict ``WriteBatch`` put rate for the same number of keys and the same
-    key/value sizes as (b) wrote, with the same column-family options: the practical
-    ceiling of any Python engine writing that state.
+    key/value sizes as (b) wrote, into the same column family of a fresh store (same
+    options): the practical ceiling of any Python engine writing that state.
 
-Target (issue 2): (b) >= 50% of (d).  Ratios are only meaningful within one run.
+Target: (b) >= 50% of (d).  Ratios are only meaningful within one run.
 """
 
 from __future__ import annotations
@@ -57,41 +57,77 @@ class CoreResult:
     b_value_bytes: float
 
 
-def _timed_pushes(join: joinstate.Join, side: str, batches: Iterable[pa.RecordBatch]) -> tuple[
-    float, int, int
-]:
+JOIN = "customer_sales"
+
+
+def _join(store: joinstate.StateStore) -> joinstate.Join:
+    """The benchmark's join: customers unique on their key, sales as a bag."""
+    return store.join(
+        JOIN,
+        left=joinstate.Side(CUSTOMER_SCHEMA, ["c_customer_sk"], ["c_customer_sk"]),
+        right=joinstate.Side(SALES_SCHEMA, ["ss_customer_sk"]),
+    )
+
+
+def _timed_pushes(
+    join: joinstate.Join, side: joinstate.SideName, batches: Iterable[pa.RecordBatch]
+) -> tuple[float, int, int]:
     rows = out_rows = 0
     elapsed = 0.0
     for b in batches:
         t0 = time.perf_counter()
-        out = join.push(side, b)  # type: ignore[arg-type]
+        out = join.push(side, b)
         elapsed += time.perf_counter() - t0
         rows += b.num_rows
         out_rows += out.num_rows
     return elapsed, rows, out_rows
 
 
-def raw_writebatch_rate(
-    path: Path, options: joinstate.StoreOptions, cf_name: str, n: int, key_bytes: int,
-    value_bytes: int, batch_rows: int, seed: int = 7,
-) -> float:
-    """Puts/s of pre-built random keys and values through WriteBatches into one CF."""
+def stored_entry_sizes(path: Path, options: joinstate.StoreOptions, rows: int = 4_096
+                       ) -> tuple[int, int]:
+    """Key and value bytes of one right-side entry, as the join stores a sales row.
+
+    Measured, not computed from the layout: a few sales rows are pushed into a fresh
+    store and the first entry of the right side's rows column family is read back.
+    """
     with joinstate.StateStore(path, options) as store:
-        cf = store.cf(cf_name)
-        h = store.handle(cf_name)
+        join = _join(store)
+        join.push("right", pa.Table.from_batches(list(sales_batches(rows, 100, rows))))
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)  # prefix extractor: a plain seek may miss memtable rows
+        it = store.cf(join.index("right").column_family).iter(ro)
+        try:
+            it.seek_to_first()
+            if not it.valid():
+                raise RuntimeError("the right side's column family is empty after a push")
+            return len(it.key()), len(it.value())
+        finally:
+            del it
+
+
+def raw_writebatch_rate(
+    path: Path, options: joinstate.StoreOptions, n: int, key_bytes: int, value_bytes: int,
+    batch_rows: int, seed: int = 7,
+) -> float:
+    """Puts/s of pre-built random keys and values through WriteBatches.
+
+    They go into the right side's rows column family of a fresh store holding the
+    benchmark's (empty) join, so the family's options are the ones (b) writes with.
+    """
+    with joinstate.StateStore(path, options) as store:
+        cf = _join(store).index("right").column_family
+        h = store.handle(cf)
         rng = np.random.default_rng(seed)
         value = rng.bytes(value_bytes)
         keys_all = rng.bytes(n * key_bytes)
         keys = [keys_all[i : i + key_bytes] for i in range(0, n * key_bytes, key_bytes)]
-        wo = options.write_options()
         t0 = time.perf_counter()
         for s in range(0, n, batch_rows):
             wb = rd.WriteBatch(raw_mode=True)
             for k in keys[s : s + batch_rows]:
                 wb.put(k, value, h)
-            store._require_open().write(wb, wo)
+            store.write(wb)
         elapsed = time.perf_counter() - t0
-        del cf
     return n / elapsed
 
 
@@ -102,38 +138,28 @@ def run_core(
     """Run (a)-(d) in fresh directories under ``workdir`` and return the figures."""
     options = options or joinstate.StoreOptions()
     tmp = Path(workdir or tempfile.mkdtemp(prefix="joinstate-bench-"))
-    shutil.rmtree(tmp / "join", ignore_errors=True)
-    for sub in ("raw0", "raw1"):
+    for sub in ("join", "sizes", "raw0", "raw1"):
         shutil.rmtree(tmp / sub, ignore_errors=True)
     cust = customers(left_rows)
-    key_bytes = 8 + 8 + 16 + 8  # prefix + int64 key + row hash + batch seq
-    # Same value size as the right side's stored entries: count + encoded row.
-    from joinstate.codec import RowCodec
-
-    value_bytes = 8 + RowCodec(SALES_SCHEMA).header_bytes
-    right_cf = "j.customer_sales.right"
+    key_bytes, value_bytes = stored_entry_sizes(tmp / "sizes", options)
+    shutil.rmtree(tmp / "sizes", ignore_errors=True)
     # (d) is measured before and after the join run, and the faster figure is used, so a
     # noisy neighbour cannot flatter the ratio.
     d_before = raw_writebatch_rate(
-        tmp / "raw0", options, right_cf, right_rows, key_bytes, value_bytes, batch_rows
+        tmp / "raw0", options, right_rows, key_bytes, value_bytes, batch_rows
     )
     with joinstate.StateStore(tmp / "join", options) as store:
-        join = store.join(
-            "customer_sales",
-            left=joinstate.Side(CUSTOMER_SCHEMA, ["c_customer_sk"], ["c_customer_sk"]),
-            right=joinstate.Side(SALES_SCHEMA, ["ss_customer_sk"]),
-        )
+        join = _join(store)
         ta, na, _ = _timed_pushes(join, "left", cust.to_batches(max_chunksize=batch_rows))
         tb, nb, ob = _timed_pushes(
             join, "right", sales_batches(right_rows, left_rows, batch_rows=batch_rows)
         )
-        assert join.index("right").cf == right_cf
         # (c): retract the left side, then insert it again while the right side is full.
         retract = cust.append_column("_weight", pa.array(np.full(left_rows, -1, np.int64)))
         _timed_pushes(join, "left", retract.to_batches(max_chunksize=batch_rows))
         tc, nc, oc = _timed_pushes(join, "left", cust.to_batches(max_chunksize=batch_rows))
     d_after = raw_writebatch_rate(
-        tmp / "raw1", options, right_cf, right_rows, key_bytes, value_bytes, batch_rows
+        tmp / "raw1", options, right_rows, key_bytes, value_bytes, batch_rows
     )
     d = max(d_before, d_after)
     b = nb / tb

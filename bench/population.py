@@ -31,14 +31,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+import rocksdict as rd
 
 import joinstate
 import population
-from compaction.metrics import counter_delta, statistics_counters
+from joinstate.activity import counter_delta, statistics_counters
 from population import synthetic as syn
 
 MIB = 1 << 20
 STRATEGIES = ("symmetric", "asymmetric", "bulk", "auto")
+MEMTABLES: tuple[joinstate.Memtable, ...] = ("skiplist", "hash_skip_list", "vector")
 SETS = {1: (100_000, 3_000_000), 2: (1_000_000, 30_000_000)}
 
 
@@ -94,7 +96,7 @@ def run_one(workdir: Path, strategy: str, order: str, n_small: int, n_big: int,
                                   sizes={"left": n_small, "right": n_big},
                                   batch_rows=batch_rows)
         wall = time.perf_counter() - t
-        cfs = [c for s in ("left", "right") for c in j.index(s).column_families()]
+        cfs = [c for s in ("left", "right") for c in j.index(s).column_families]
         settle = _settle(store, cfs, settle_timeout)
         total = counter_delta(statistics_counters(store.statistics()), before)
         l0_end = {cf: store.property_int(cf, "rocksdb.num-files-at-level0") for cf in cfs}
@@ -178,7 +180,7 @@ def run_parallel(workdir: Path, strategy: str, order: str, n_small: int, n_big: 
 
 # ---- data set 3: the memtable question -------------------------------------------------
 
-def memtable_one(workdir: Path, memtable: str, n_small: int, n_big: int,
+def memtable_one(workdir: Path, memtable: joinstate.Memtable, n_small: int, n_big: int,
                  lookups: int) -> dict[str, Any]:
     """Measure one small-side memtable: writes, in-memtable lookups, big-side pushes."""
     path = workdir / f"memtable-{memtable}"
@@ -190,16 +192,14 @@ def memtable_one(workdir: Path, memtable: str, n_small: int, n_big: int,
     with joinstate.StateStore(path, opts) as store:
         ls, rs = _sides()
         j = store.join("m", left=ls, right=rs)
-        cf = j.index("left").cf
-        store.recreate_empty(cf, joinstate.IndexOptions(memtable=memtable))  # type: ignore[arg-type]
+        cf = j.index("left").column_family
+        store.recreate_empty(cf, joinstate.IndexOptions(memtable=memtable))
         cust = syn.customers(n_small)
         t = time.perf_counter()
         for b in cust.to_batches(max_chunksize=65_536):
             j.push("left", b)
         res["write_rows_per_s"] = n_small / (time.perf_counter() - t)
-        h = store.cf(cf)
-        import rocksdict as rd
-
+        h = store.cf(cf)  # raw reads: the memtable's own get rates, no join in between
         ro = rd.ReadOptions()
         ro.set_total_order_seek(True)
         keys = list(h.keys(read_opt=ro))
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                    strategies_table(rows), ""]
         elif s == 3:
             rows = [memtable_one(work, m, args.memtable_small, args.memtable_big, args.lookups)
-                    for m in ("skiplist", "hash_skip_list", "vector")]
+                    for m in MEMTABLES]
             results["sets"]["3"] = rows
             md += ["## data set 3: small-side memtable", "", memtable_table(rows), ""]
         else:

@@ -1,10 +1,10 @@
 """``python -m bench spark``: population driven from Spark ``mapInArrow`` workers.
 
-The same synthetic data (``bench/synthetic.py``: customers with a unique key vs
+The same synthetic data (``population/synthetic.py``: customers with a unique key vs
 store_sales) is loaded twice in one run:
 
-* **in-process**: ``population.populate`` (or plain pushes without that package) into
-  one StateStore in this process, output deltas written to one Parquet file;
+* **in-process**: ``population.populate`` into one StateStore in this process, output
+  deltas written to one Parquet file;
 * **Spark**: the data as Parquet-backed DataFrames, ``spark_io.SparkJoin.populate`` into
   2 and 8 shards on ``local[2]`` (two jobs: small side, then big side; the output
   written to Parquet by the workers).
@@ -26,12 +26,13 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import joinstate
+import population
 from population import synthetic as syn
 
 
@@ -87,28 +88,12 @@ def in_process(work: Path, paths: dict[str, Path], strategy: str, n_small: int, 
         join = store.join("bench", left=ls, right=rs)
         writer = pq.ParquetWriter(out_path, join.output_schema)
         t = time.perf_counter()
-        report: dict[str, Any]
-        try:
-            import population
-        except ImportError:
-            population = None  # type: ignore[assignment]
-        if population is not None:
-            rep = population.populate(join, left, sales(), strategy=strategy,
-                                      order="small-first", sink=writer.write_table,
-                                      progress=False, sizes={"left": n_small, "right": n_big},
-                                      batch_rows=batch_rows)
-            report = {"driver": "population", "strategy": rep.strategy.get("name"),
-                      "reason": rep.reason, "output_rows": rep.output_rows}
-        else:
-            out_rows = 0
-            plan: list[tuple[Literal["left", "right"], Any]] = [
-                ("left", left.to_batches(batch_rows)), ("right", sales())]
-            for side, src in plan:
-                for b in src:
-                    out = join.push(side, b)
-                    out_rows += out.num_rows
-                    writer.write_table(out)
-            report = {"driver": "push", "strategy": "push", "output_rows": out_rows}
+        rep = population.populate(join, left, sales(), strategy=strategy,
+                                  order="small-first", sink=writer.write_table,
+                                  progress=False, sizes={"left": n_small, "right": n_big},
+                                  batch_rows=batch_rows)
+        report = {"driver": "population", "strategy": rep.strategy.get("name"),
+                  "reason": rep.reason, "output_rows": rep.output_rows}
         writer.close()
         wall = time.perf_counter() - t
         t = time.perf_counter()

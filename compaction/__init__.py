@@ -1,15 +1,21 @@
 """compaction: policies that steer RocksDB compaction while a join's state is populated.
 
-Population (DESIGN.md §3) writes far more than it reads, and the two sides of a join are
-asymmetric: the small side is probed, the big side is only written.  The policies here
-observe population events (a side finished, a batch was written, a threshold was crossed,
-population ended) and act through rocksdict on individual column families.  The guard
-makes sure no column family is left with auto-compaction disabled, whatever happens.
+Population writes far more than it reads, and the two sides of a join are asymmetric:
+the small side is probed, the big side is only written.  The policies here observe
+population events (a side finished, a batch was written, a threshold was crossed,
+population ended) and act through the state store on individual column families.  The
+guard makes sure no column family is left with auto-compaction disabled, whatever
+happens, and is the one place where deletes re-enable compaction.
 
-    control = compaction.CompactionControl(store, {"left": [...], "right": [...]})
-    policy = compaction.EpsioPolicy()
+    control = compaction.CompactionControl(store, {s: join.index(s) for s in ("left", "right")})
+    policies = [compaction.EpsioPolicy(), compaction.Guard()]
     with compaction.guarded(control):
-        policy.observe(compaction.SideFinished("left", small=True), control)
+        for p in policies:
+            p.observe(compaction.SideFinished("left", small=True), control)
+
+What RocksDB did meanwhile (statistics counters, per-family properties, the live
+compaction switches) is measured by :mod:`joinstate.activity`; its functions are
+re-exported here for convenience.
 """
 
 from compaction.bulkload import BulkLoadPolicy
@@ -17,11 +23,6 @@ from compaction.control import CompactionControl, guarded
 from compaction.defaults import RocksDBDefaults
 from compaction.epsio import EpsioPolicy
 from compaction.guard import Guard
-from compaction.metrics import (
-    auto_compaction_flags,
-    rocksdb_activity,
-    statistics_counters,
-)
 from compaction.policy import (
     BatchWritten,
     CompactionPolicy,
@@ -31,8 +32,16 @@ from compaction.policy import (
     SideFinished,
     ThresholdCrossed,
 )
+from joinstate.activity import (
+    CF_PROPERTIES,
+    auto_compaction_flags,
+    counter_delta,
+    rocksdb_activity,
+    statistics_counters,
+)
 
 __all__ = [
+    "CF_PROPERTIES",
     "BatchWritten",
     "BulkLoadPolicy",
     "CompactionControl",
@@ -46,6 +55,7 @@ __all__ = [
     "SideFinished",
     "ThresholdCrossed",
     "auto_compaction_flags",
+    "counter_delta",
     "guarded",
     "rocksdb_activity",
     "statistics_counters",

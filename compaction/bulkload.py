@@ -3,14 +3,15 @@
 Ingested files go to the lowest level where they do not overlap; runs of random keys do
 overlap, so they pile up in L0.  Compacting them while loading would merge the same bytes
 again and again; instead the small side is compacted once when it is complete (it is
-probed from then on), and the big side is left to RocksDB after population.
+probed from then on), and the big side is left to RocksDB after population.  Deletes
+and L0 growth re-enable compaction earlier: that is :class:`compaction.Guard`'s job.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compaction.policy import BatchWritten, PopulationEnded, PopulationStarted, SideFinished
+from compaction.policy import PopulationEnded, PopulationStarted, SideFinished
 
 if TYPE_CHECKING:
     from compaction.control import CompactionControl
@@ -28,7 +29,7 @@ class BulkLoadPolicy:
         self.small_finished = False
 
     def observe(self, event: Event, control: CompactionControl) -> None:
-        """Act on start, side-finished, big-side deletes and population end."""
+        """Act on start, side-finished and population end."""
         if isinstance(event, PopulationStarted):
             for side in ("left", "right"):
                 for cf in control.data_cfs(side):
@@ -41,10 +42,5 @@ class BulkLoadPolicy:
                 if cf in control.disabled:
                     control.enable(cf, f"small side {event.side} finished")
                 control.compact(cf, f"small side {event.side} finished")
-        elif isinstance(event, BatchWritten):
-            if event.deletes:
-                for cf in control.data_cfs(event.side):
-                    if cf in control.disabled:
-                        control.enable(cf, f"{event.deletes} deletes reached {event.side}")
         elif isinstance(event, PopulationEnded):
             control.restore("population ended" + (" by failure" if event.failed else ""))

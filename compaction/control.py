@@ -3,7 +3,8 @@
 It tracks which column families it disabled, so that :func:`guarded` can re-enable every
 one of them on every exit path (Kafka Streams' bulk-load bugs came from forgetting this).
 It never polls ``rocksdb.compaction-pending`` in a loop: that property never clears while
-auto-compaction is off (ROCKSDICT.md pitfall 11).
+auto-compaction is off.  Every RocksDB call goes through the :class:`joinstate.StateStore`
+methods, so failures surface as :class:`joinstate.JoinStateError`.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from typing import TYPE_CHECKING, Literal
 from joinstate import JoinStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterator, Mapping
 
-    from joinstate import StateStore
+    from joinstate import Database, IndexInfo, SideName
 
 __all__ = ["Action", "CompactionControl", "guarded"]
 
 log = logging.getLogger(__name__)
 
-SideName = Literal["left", "right"]
+ActionName = Literal["disable", "enable", "compact"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Action:
     """One thing a policy did to RocksDB, for the report: when, what, where, why."""
 
     t: float
-    action: Literal["disable", "enable", "compact", "flush"]
+    action: ActionName
     cf: str
     reason: str
     seconds: float = 0.0
@@ -42,17 +43,22 @@ class Action:
 class CompactionControl:
     """Compaction switches and probes over the column families of one join's sides.
 
-    ``side_cfs`` maps each side to its column families (index first, as
-    ``SideIndex.column_families()`` lists them).  Policies act on sides or on single
-    column families; every action is recorded in :attr:`actions`.
+    ``indexes`` maps each side to its :class:`joinstate.IndexInfo` (``join.index(side)``).
+    Policies act on sides or on single column families; every action is recorded in
+    :attr:`actions`.
     """
 
-    def __init__(self, store: StateStore, side_cfs: Mapping[str, Sequence[str]]) -> None:
-        for side in side_cfs:
+    def __init__(self, store: Database, indexes: Mapping[SideName, IndexInfo]) -> None:
+        for side in indexes:
             if side not in ("left", "right"):
-                raise JoinStateError(f"side_cfs key {side!r} must be 'left' or 'right'")
+                raise JoinStateError(f"indexes key {side!r} must be 'left' or 'right'")
         self.store = store
-        self.side_cfs: dict[str, list[str]] = {s: list(c) for s, c in side_cfs.items()}
+        self.side_cfs: dict[str, list[str]] = {
+            s: list(info.column_families) for s, info in indexes.items()
+        }
+        self.side_data_cfs: dict[str, list[str]] = {
+            s: list(info.data_column_families) for s, info in indexes.items()
+        }
         self.disabled: set[str] = set()
         self.pinned: set[str] = set()
         self.actions: list[Action] = []
@@ -76,7 +82,8 @@ class CompactionControl:
         Degree families are read by the side's *own* writes (outer joins), so a policy
         that stops compacting a write-only side leaves them alone.
         """
-        return [c for c in self.cfs(side) if not c.endswith(".deg")]
+        self.cfs(side)  # names the side if it is not controlled here
+        return self.side_data_cfs[side]
 
     def other(self, side: str) -> SideName:
         """Return the opposite side."""
@@ -84,8 +91,7 @@ class CompactionControl:
 
     # ---- actions ----------------------------------------------------------------------
 
-    def _record(self, action: Literal["disable", "enable", "compact", "flush"], cf: str,
-                reason: str, seconds: float = 0.0) -> None:
+    def _record(self, action: ActionName, cf: str, reason: str, seconds: float = 0.0) -> None:
         self.actions.append(Action(round(time.perf_counter() - self._t0, 4), action, cf, reason,
                                    round(seconds, 4)))
         log.debug("%s %s (%s) %.3fs", action, cf, reason, seconds)
@@ -98,13 +104,13 @@ class CompactionControl:
         """
         if cf in self.disabled or cf in self.pinned:
             return
-        self.store.cf(cf).set_options({"disable_auto_compactions": "true"})
+        self.store.set_cf_options(cf, {"disable_auto_compactions": "true"})
         self.disabled.add(cf)
         self._record("disable", cf, reason)
 
     def enable(self, cf: str, reason: str) -> None:
         """Turn auto-compaction back on for ``cf``."""
-        self.store.cf(cf).set_options({"disable_auto_compactions": "false"})
+        self.store.set_cf_options(cf, {"disable_auto_compactions": "false"})
         self.disabled.discard(cf)
         self._record("enable", cf, reason)
 
@@ -117,21 +123,14 @@ class CompactionControl:
     def compact(self, cf: str, reason: str) -> float:
         """Flush ``cf`` and compact its whole key range; returns the seconds it took.
 
-        ``compact_range`` releases the GIL and returns nothing (ROCKSDICT.md pitfall 12),
-        so success is judged afterwards from the L0 file count.
+        RocksDB's manual compaction reports no result of its own; whether it worked shows
+        afterwards in the family's L0 file count (:meth:`l0_files`).
         """
         t = time.perf_counter()
-        h = self.store.cf(cf)
-        h.flush(True)
-        h.compact_range(None, None)
+        self.store.compact(cf)
         dt = time.perf_counter() - t
         self._record("compact", cf, reason, dt)
         return dt
-
-    def flush(self, cf: str, reason: str) -> None:
-        """Flush ``cf``'s memtables to L0 (used before compacting or when the WAL is off)."""
-        self.store.cf(cf).flush(True)
-        self._record("flush", cf, reason)
 
     def restore(self, reason: str) -> list[str]:
         """Re-enable auto-compaction on every column family this control disabled.
@@ -145,7 +144,7 @@ class CompactionControl:
             try:
                 self.enable(cf, reason)
                 done.append(cf)
-            except Exception as exc:  # rocksdict raises plain Exceptions
+            except JoinStateError as exc:
                 log.error("could not re-enable auto-compaction on %s: %s", cf, exc)
                 first = first or exc
         if first is not None:

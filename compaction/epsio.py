@@ -1,16 +1,17 @@
 """The Epsio policy: compact the small side once it is complete, stop compacting the big one.
 
-Why it works (seed 001): after the small side is loaded it is only *read* (every big-side
-row probes it), so it should be one sorted run; the big side is from then on only
-*written* during population, so compacting it is work nobody benefits from until the
-live phase.  Compaction comes back on when population ends (the guard makes sure).
+Why it works: after the small side is loaded it is only *read* (every big-side row
+probes it), so it should be one sorted run; the big side is from then on only *written*
+during population, so compacting it is work nobody benefits from until the live phase.
+Compaction comes back on when population ends, and earlier if the guard trips
+(deletes, L0 growth): see :class:`compaction.Guard`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compaction.policy import BatchWritten, PopulationEnded, SideFinished
+from compaction.policy import PopulationEnded, SideFinished
 
 if TYPE_CHECKING:
     from compaction.control import CompactionControl
@@ -22,10 +23,9 @@ __all__ = ["EpsioPolicy"]
 class EpsioPolicy:
     """On the small side's *finished* event: compact it fully, then disable the big side.
 
-    If the small side is unknown when a side finishes (sizes were not given and not
-    counted), the first side to finish is taken as the small one: under interleaved
-    delivery that is what "small" means.  Deletes reaching the big side re-enable its
-    compaction (tombstones must be compacted away); so does population ending.
+    If ``control.small`` is unset when a side finishes, the first side to finish is taken
+    as the small one: under interleaved delivery that is what "small" means.  Population
+    ending re-enables everything.
     """
 
     name = "epsio"
@@ -34,7 +34,7 @@ class EpsioPolicy:
         self.small_finished = False
 
     def observe(self, event: Event, control: CompactionControl) -> None:
-        """Act on side-finished, big-side deletes and population end."""
+        """Act on side-finished and population end."""
         if isinstance(event, SideFinished):
             if self.small_finished:
                 return
@@ -47,10 +47,5 @@ class EpsioPolicy:
                 control.compact(cf, f"small side {small} finished")
             for cf in control.data_cfs(big):
                 control.disable(cf, f"big side {big} is write-only from now on")
-        elif isinstance(event, BatchWritten):
-            if event.deletes and event.side != control.small:
-                for cf in control.data_cfs(event.side):
-                    if cf in control.disabled:
-                        control.enable(cf, f"{event.deletes} deletes reached {event.side}")
         elif isinstance(event, PopulationEnded):
             control.restore("population ended" + (" by failure" if event.failed else ""))

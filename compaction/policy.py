@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from compaction.control import CompactionControl
+    from joinstate import SideName
 
 __all__ = [
     "BatchWritten",
@@ -23,9 +24,6 @@ __all__ = [
     "SideFinished",
     "ThresholdCrossed",
 ]
-
-SideName = Literal["left", "right"]
-
 
 @dataclass(frozen=True)
 class PopulationStarted:

@@ -11,6 +11,7 @@ Importing this package never imports pyspark.
 """
 
 from joinstate.batch import PreparedBatch
+from joinstate.db import Database
 from joinstate.errors import (
     CommitConflictError,
     JoinSpecMismatchError,
@@ -39,6 +40,7 @@ __all__ = [
     "WEIGHT",
     "BulkSink",
     "CommitConflictError",
+    "Database",
     "How",
     "IndexInfo",
     "IndexOptions",

@@ -1,6 +1,6 @@
 """A column of byte strings held as one flat buffer plus offsets.
 
-rocksdict in raw mode only accepts ``bytes`` objects (ROCKSDICT.md pitfall 9), so every
+rocksdict in raw mode only accepts ``bytes`` objects (not bytearray or memoryview), so every
 key and value has to become a Python ``bytes`` at the boundary.  Everything before that
 boundary (building keys, encoding rows, comparing, gathering) stays vectorised on this
 flat representation; :meth:`Bytes.to_list` is the single place that makes the objects.

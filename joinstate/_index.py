@@ -22,14 +22,14 @@ from joinstate._zset import Groups, checked_add, checked_sum_by, consolidate, gr
 from joinstate.batch import PreparedBatch
 from joinstate.codec import RowCodec
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash
-from joinstate.layouts import BagLayout, KeyLayout, RowLayout, UniqueLayout
+from joinstate.layouts import LAYOUTS, BagLayout
 from joinstate.names import degree_cf, nulls_cf
 from joinstate.schema import conform_delta
 from joinstate.views import IndexInfo
 
 if TYPE_CHECKING:
+    from joinstate.db import Database
     from joinstate.side import Side, SideName
-    from joinstate.store import StateStore
     from joinstate.transaction import Transaction
 
 __all__ = ["Index", "Staged"]
@@ -45,26 +45,11 @@ class Staged:
         self.deg_new: np.ndarray | None = None
 
 
-def _layout(store: StateStore, cf: str, label: str, side: Side, key_codec: KeyCodec,
-            row_codec: RowCodec) -> RowLayout:
-    if side.layout == "key":
-        assert side.unique_key is not None
-        return KeyLayout(store, cf, label, side.key, key_codec, row_codec, side.unique_key)
-    if side.layout == "unique":
-        assert side.unique_key is not None
-        from joinstate.keys import single_plan
-
-        uniq = KeyCodec(side.unique_key, single_plan(side.schema, side.unique_key), label)
-        return UniqueLayout(store, cf, label, side.key, key_codec, row_codec,
-                            side.unique_key, uniq)
-    return BagLayout(store, cf, label, side.key, key_codec, row_codec)
-
-
 class Index:
     """Storage of one source's rows by join key (rows, NULL-key rows, degrees)."""
 
     def __init__(
-        self, store: StateStore, cf: str, label: SideName, side: Side, key_codec: KeyCodec,
+        self, store: Database, cf: str, label: SideName, side: Side, key_codec: KeyCodec,
         track_degree: bool,
     ) -> None:
         self.store = store
@@ -74,7 +59,8 @@ class Index:
         self.schema = side.schema
         self.key_codec = key_codec
         self.row_codec = RowCodec(side.schema)
-        self.layout = _layout(store, cf, label, side, key_codec, self.row_codec)
+        self.layout = LAYOUTS[side.layout].for_side(store, cf, label, side, key_codec,
+                                                    self.row_codec)
         self.nulls = BagLayout(store, nulls_cf(cf), label, side.key, key_codec, self.row_codec)
         self.track_degree = track_degree
         self.cf_nulls = nulls_cf(cf)
@@ -144,8 +130,7 @@ class Index:
         inv[nonnull] = kg.inv
         batch = PreparedBatch(self.label, table, w, enc, rh, canon, khash, null,
                               Groups(inv, nonnull[kg.first]))
-        if isinstance(self.layout, UniqueLayout):
-            self.layout.check_within(batch)
+        self.layout.check_within(batch)
         return batch
 
     # ---- staging ----------------------------------------------------------------------

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-
-    from joinstate.store import StateStore
 
 __all__ = [
     "ACTIVITY_COUNTERS",
@@ -109,7 +107,19 @@ def counter_delta(after: Mapping[str, int], before: Mapping[str, int]) -> dict[s
     }
 
 
-def rocksdb_activity(store: StateStore, cfs: Iterable[str] | None = None) -> dict[str, Any]:
+class _Readings(Protocol):
+    """What :func:`rocksdb_activity` reads from a store."""
+
+    path: Path
+
+    def column_families(self) -> list[str]: ...
+
+    def property_int(self, cf: str, name: str) -> int | None: ...
+
+    def statistics(self) -> str | None: ...
+
+
+def rocksdb_activity(store: _Readings, cfs: Iterable[str] | None = None) -> dict[str, Any]:
     """What RocksDB has done in ``store`` so far (cumulative since it was opened).
 
     ``{"db": {activity counters}, "cf": {name: {properties, "auto_compaction_disabled"}}}``;

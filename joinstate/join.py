@@ -25,7 +25,6 @@ from joinstate._index import Index, Staged
 from joinstate._probe import Entries
 from joinstate._zset import checked_mul, checked_sum_by, expand
 from joinstate.activity import auto_compaction_flags
-from joinstate.batch import PreparedBatch
 from joinstate.catalog import spec_diff
 from joinstate.errors import (
     CommitConflictError,
@@ -33,16 +32,18 @@ from joinstate.errors import (
     SchemaMismatchError,
     StateClosedError,
 )
-from joinstate.keys import key_plan
+from joinstate.keys import KeyCodec, key_plan
 from joinstate.names import commit_key, commit_prefix, index_cf, phase_key, source_of_join_side
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
+from joinstate.transaction import Transaction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from joinstate._bytes import Bytes
-    from joinstate.store import StateStore
+    from joinstate.batch import PreparedBatch
+    from joinstate.db import Database
     from joinstate.transaction import BulkSink
     from joinstate.views import IndexInfo
 
@@ -58,13 +59,13 @@ _COMMIT_FORMAT = b"JSC1"  # commit record: format tag, 16-byte delta digest, Arr
 class Join:
     """A symmetric hash join whose two sides live in a :class:`StateStore`.
 
-    Obtain one with :meth:`StateStore.join`.  Safe to use from several threads: every
+    Obtain one with :meth:`joinstate.StateStore.join`.  Safe to use from several threads: every
     push, ``state()`` and ``stats()`` holds the store's lock, so pushes are serialized
     (RocksDB writes from Python hold the GIL anyway; threads buy no write parallelism).
     """
 
     def __init__(
-        self, store: StateStore, name: str, left: Side, right: Side, how: str,
+        self, store: Database, name: str, left: Side, right: Side, how: str,
         suffixes: tuple[str, str],
     ) -> None:
         if how not in _HOWS:
@@ -80,7 +81,7 @@ class Join:
             or not all(isinstance(s, str) for s in suffixes)
         ):
             raise SchemaMismatchError(f"suffixes={suffixes!r} must be a pair of strings")
-        self.store: StateStore | None = store
+        self.store: Database | None = store
         self.name = name
         self.how = how
         self.left_side, self.right_side = left, right
@@ -90,8 +91,6 @@ class Join:
             "left": left.to_spec(), "right": right.to_spec(),
         }
         self.output_schema = output_schema(left, right, how, self.suffixes)
-        from joinstate.keys import KeyCodec
-
         plan = key_plan(left.schema, left.key, right.schema, right.key)
         self.left = Index(
             store, index_cf(source_of_join_side(name, "left"), left.key), "left", left,
@@ -131,7 +130,7 @@ class Join:
         self.left.cache = None
         self.right.cache = None
 
-    def _require_store(self) -> StateStore:
+    def _require_store(self) -> Database:
         if self.store is None or self.store.closed:
             raise StateClosedError(f"join {self.name!r} is bound to a closed state store")
         return self.store
@@ -213,7 +212,7 @@ class Join:
                     return self._replay(commit_id or "", recorded, side, digest)
             store.require_writable(f"push to the {side} side of join {self.name!r}")
             out = self.output_schema.empty_table()
-            txn = store.transaction()
+            txn = Transaction(store)
             staged = Staged()
             if batch.rows:
                 staged = s.stage(batch, txn)
@@ -258,7 +257,7 @@ class Join:
         store = self._require_store()
         prefix = commit_prefix(self.name)
         with store.lock:
-            txn = store.transaction()
+            txn = Transaction(store)
             n = 0
             for k in store.meta_keys(prefix):
                 if keep is None or not keep(k[len(prefix):].decode()):

@@ -39,18 +39,18 @@ from joinstate.errors import (
     StateCorruptedError,
     UniqueKeyViolationError,
 )
-from joinstate.keys import hash_prefix, prefix_bytes
+from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, single_plan
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from joinstate.batch import PreparedBatch
     from joinstate.codec import RowCodec
-    from joinstate.keys import KeyCodec
-    from joinstate.store import StateStore
+    from joinstate.db import Database
+    from joinstate.side import Side
     from joinstate.transaction import Transaction
 
-__all__ = ["BagLayout", "KeyLayout", "RowLayout", "UniqueLayout", "describe_key"]
+__all__ = ["LAYOUTS", "BagLayout", "KeyLayout", "RowLayout", "UniqueLayout", "describe_key"]
 
 _SEQ_BYTES = 8  # batch sequence, big-endian so entries of one row sort by batch
 _RH_BYTES = 16  # xxh3_128 of the encoded row
@@ -77,7 +77,7 @@ class RowLayout:
     counted: ClassVar[bool] = False  # values start with an int64 count
 
     def __init__(
-        self, store: StateStore, cf: str, side: str, key: Sequence[str],
+        self, store: Database, cf: str, side: str, key: Sequence[str],
         key_codec: KeyCodec, row_codec: RowCodec,
     ) -> None:
         self.store = store
@@ -110,7 +110,18 @@ class RowLayout:
         values = _rocks.iter_values(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
         return self.decode(values)
 
+    @classmethod
+    def for_side(
+        cls, store: Database, cf: str, label: str, side: Side, key_codec: KeyCodec,
+        row_codec: RowCodec,
+    ) -> RowLayout:
+        """The layout for ``side``'s rows in family ``cf``."""
+        return cls(store, cf, label, side.key, key_codec, row_codec)
+
     # ---- the layout's own business ----------------------------------------------------
+
+    def check_within(self, batch: PreparedBatch) -> None:
+        """Reject a batch that by itself breaks the layout's promise (default: none)."""
 
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
@@ -177,13 +188,11 @@ class _UniqueBase(RowLayout):
         """The RocksDB key of each row."""
         raise NotImplementedError
 
-    def check_within(self, batch: PreparedBatch) -> None:
-        """Reject a batch that by itself puts two rows under one unique key."""
-
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
         txn: Transaction,
     ) -> None:
+        """Append inserts blindly; read, check and consolidate the retracted rows."""
         skeys = self.store_keys(batch, rows, group_prefix)
         w = batch.w[rows]
         firsts: dict[bytes, int] = {}
@@ -233,18 +242,28 @@ class KeyLayout(_UniqueBase):
     name = "key"
 
     def __init__(
-        self, store: StateStore, cf: str, side: str, key: Sequence[str],
+        self, store: Database, cf: str, side: str, key: Sequence[str],
         key_codec: KeyCodec, row_codec: RowCodec, unique_key: Sequence[str],
     ) -> None:
         super().__init__(store, cf, side, key, key_codec, row_codec)
         self.unique_key = list(unique_key)
 
+    @classmethod
+    def for_side(
+        cls, store: Database, cf: str, label: str, side: Side, key_codec: KeyCodec,
+        row_codec: RowCodec,
+    ) -> RowLayout:
+        """The key layout of ``side`` (its unique key is within its join key)."""
+        return cls(store, cf, label, side.key, key_codec, row_codec, side.unique_key or ())
+
     def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
         bytes
     ]:
+        """The RocksDB key of each row (see the module docstring)."""
         return group_prefix.to_list()
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        """Stored entries whose join key is one of the (distinct) query keys."""
         prefixes = Bytes.concat_rows([prefix_bytes(qhash), qcanon]).to_list()
         got = _rocks.multi_get(self.store.cf(self.cf), prefixes, self.store.path,
                                f"probe {self.cf}")
@@ -253,9 +272,11 @@ class KeyLayout(_UniqueBase):
         return Entries(rows, w, np.asarray(hit, dtype=np.int64))
 
     def point_cost(self, nq: int, rows_per_key: float) -> float:
+        """Estimated µs to probe ``nq`` keys from RocksDB."""
         return nq * COST_GET_US
 
     def distinct_keys(self, entries: int) -> int:
+        """Distinct join keys stored."""
         return entries
 
 
@@ -265,7 +286,7 @@ class UniqueLayout(_UniqueBase):
     name = "unique"
 
     def __init__(
-        self, store: StateStore, cf: str, side: str, key: Sequence[str],
+        self, store: Database, cf: str, side: str, key: Sequence[str],
         key_codec: KeyCodec, row_codec: RowCodec, unique_key: Sequence[str],
         unique_codec: KeyCodec,
     ) -> None:
@@ -273,9 +294,20 @@ class UniqueLayout(_UniqueBase):
         self.unique_key = list(unique_key)
         self.unique_codec = unique_codec
 
+    @classmethod
+    def for_side(
+        cls, store: Database, cf: str, label: str, side: Side, key_codec: KeyCodec,
+        row_codec: RowCodec,
+    ) -> RowLayout:
+        """The unique layout of ``side``, with a codec for its unique key."""
+        uk = list(side.unique_key or ())
+        return cls(store, cf, label, side.key, key_codec, row_codec, uk,
+                   KeyCodec(uk, single_plan(side.schema, uk), label))
+
     def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
         bytes
     ]:
+        """The RocksDB key of each row (see the module docstring)."""
         ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(rows)))
         return Bytes.concat_rows([group_prefix, ucanon]).to_list()
 
@@ -314,6 +346,7 @@ class UniqueLayout(_UniqueBase):
             )
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        """Stored entries whose join key is one of the (distinct) query keys."""
         return self._prefix_probe(qcanon, qhash)[0]
 
 
@@ -327,6 +360,7 @@ class BagLayout(RowLayout):
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
         txn: Transaction,
     ) -> None:
+        """Append inserts blindly; read, check and consolidate the retracted rows."""
         w = batch.w[rows]
         enc = batch.enc.take(rows)
         base = Bytes.concat_rows([group_prefix, batch.rh.take(rows)])
@@ -351,7 +385,7 @@ class BagLayout(RowLayout):
                 for _k, v in found[j]:
                     if v[8:] != e:
                         msg = (f"{self.side} side: xxh3_128 collision or corrupt entry in "
-                               f"{self.cf}; verify the store (StateStore.verify())")
+                               f"{self.cf}; verify the store (Database.verify())")
                         raise StateCorruptedError(msg)
                     total += int.from_bytes(v[:8], "little", signed=True)
                 new_total = total + int(w[dels[j]])
@@ -368,16 +402,22 @@ class BagLayout(RowLayout):
         txn.add(self.cf, "entries", entries_delta)
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        """Stored entries whose join key is one of the (distinct) query keys."""
         entries, enc = self._prefix_probe(qcanon, qhash)
         if len(entries.w) > 1:
             return _merge_adjacent_entries(entries, enc)
         return entries
 
     def distinct_keys(self, entries: int) -> int:
+        """Distinct join keys stored."""
         # Keys end in a fixed row hash + batch sequence, so the join-key part is read off
         # the RocksDB keys without decoding a single row.
         keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
         return len({k[: -(_RH_BYTES + _SEQ_BYTES)] for k in keys})
+
+
+LAYOUTS: dict[str, type[RowLayout]] = {"key": KeyLayout, "unique": UniqueLayout, "bag": BagLayout}
+"""Layout class by :attr:`joinstate.Side.layout`."""
 
 
 def _merge_adjacent_entries(entries: Entries, enc: Bytes) -> Entries:

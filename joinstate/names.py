@@ -1,4 +1,4 @@
-"""Every column-family name and every ``__meta__`` key of a state store, in one place.
+r"""Every column-family name and every ``__meta__`` key of a state store, in one place.
 
 An index is named after what it indexes — a *source* (a join's input side, or a
 pipeline collection) and the key columns — not after the operator that asked for it, so
@@ -11,7 +11,7 @@ Column families of one index ``<cf>``:
 * ``<cf>.nulls``  rows whose key has a NULL (they never match; outer joins emit them)
 * ``<cf>.deg``    per-key total weight, for sides whose degree an outer/semi/anti join needs
 
-``__meta__`` holds bookkeeping only, never data; its keys are ``<kind>\\x00<parts>``:
+``__meta__`` holds bookkeeping only, never data; its keys are ``<kind>\x00<parts>``:
 the layout version, one catalog entry per join, each join's phase, commit records, and
 per-column-family counters (big-endian int64, updated in the same write as the data).
 """

@@ -27,7 +27,7 @@ from joinstate.names import META_CF, counter_key
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from joinstate.store import StateStore
+    from joinstate.db import Database
 
 __all__ = ["BulkSink", "Transaction", "WriteBlock"]
 
@@ -56,13 +56,13 @@ class BulkSink(Protocol):
 class Transaction:
     """Staged writes per column family, counter deltas and ``__meta__`` records.
 
-    Obtain one from :meth:`StateStore.transaction`; stage with :meth:`put_many`,
+    Obtain one from :meth:`Database.transaction`; stage with :meth:`put_many`,
     :meth:`put`, :meth:`delete`, :meth:`add` and :meth:`record`; then :meth:`commit`.
     """
 
     __slots__ = ("_counters", "_records", "blocks", "state", "store")
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
         self.blocks: list[WriteBlock] = []
         self._counters: dict[tuple[str, str], int] = {}

@@ -9,8 +9,10 @@ stores things without breaking them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from joinstate.side import Layout
+if TYPE_CHECKING:
+    from joinstate.side import Layout
 
 __all__ = ["IndexInfo"]
 

@@ -11,7 +11,7 @@ and :class:`Report` for what is measured.  ``python -m population --help`` is th
 from population.driver import ORDERS, populate
 from population.errors import BulkLoadRefused, PopulationError
 from population.report import Report, SideReport
-from population.strategy import Strategy, choose, preset
+from population.strategy import Strategy, choose, preset, small_side
 
 __all__ = [
     "ORDERS",
@@ -23,4 +23,5 @@ __all__ = [
     "choose",
     "populate",
     "preset",
+    "small_side",
 ]

@@ -2,16 +2,16 @@
 
 Why: a memtable insert of a random key costs ~2 µs per row from Python into a 64 MB
 skip list, and every row is written again by flush and compaction; a sorted SST file
-costs ~0.6 µs per row to write and is ingested in ~15 ms with no memtable and no WAL
-(ROCKSDICT.md).  Only *blind appends* qualify: bag-layout indexes without degree
-counters, whose inserts never read state.  Writes of one side are accumulated into runs
-of ``run_rows`` rows, so fewer, larger files reach L0.  Pending runs are invisible to
-readers, so the driver ingests a side's pending run before anything reads that side
+costs ~0.6 µs per row to write and is ingested in ~15 ms with no memtable and no WAL.
+Only *blind appends* qualify: indexes whose inserts never read state
+(:attr:`joinstate.IndexInfo.appends_blindly`).  Writes of one side are accumulated into
+runs of ``run_rows`` rows, so fewer, larger files reach L0.  Pending runs are invisible
+to readers, so the driver ingests a side's pending run before anything reads that side
 (a push to the other side probes it; a delete reads its own side).
 
-rocksdict pitfalls handled here: ``SstFileWriter`` gets the column family's raw-mode
-options (pitfall 8), keys are strictly ascending (checked), and the WAL switch is the
-``disable_wal`` *property* of the store's write options.
+An ``SstFileWriter`` must be built with the options of the column family its file is
+ingested into (:meth:`joinstate.StateStore.cf_options`), and it accepts only strictly
+ascending keys, which :func:`_sorted_order` guarantees (or reports a duplicate).
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import rocksdict as rd
@@ -31,12 +29,11 @@ from joinstate import StateCorruptedError
 from population.errors import BulkLoadRefused
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Sequence
 
-    from joinstate import StateStore
-    from joinstate._ops import Ops
+    from joinstate import BulkSink, Database, WriteBlock
 
-__all__ = ["SstIngester", "wal_disabled"]
+__all__ = ["SstIngester"]
 
 log = logging.getLogger(__name__)
 
@@ -44,40 +41,39 @@ log = logging.getLogger(__name__)
 class SstIngester:
     """Collects blind-append writes per side and ingests them as sorted SST files."""
 
-    def __init__(self, store: StateStore, run_rows: int) -> None:
+    def __init__(self, store: Database, run_rows: int) -> None:
         self.store = store
         self.run_rows = run_rows
         self.tmp = Path(store.path) / "population-sst"
-        self.pending: dict[str, dict[str, tuple[list[bytes], list[bytes]]]] = {}
+        self.pending: dict[str, dict[str, tuple[list[bytes], list[bytes | None]]]] = {}
         self.pending_rows: dict[str, int] = {}
         self.files: dict[str, int] = {}
         self.rows: dict[str, int] = {}
         self.bytes = 0
-        self.seconds = 0.0
         self._seq = 0
 
-    def sink(self, side: str) -> Any:
+    def sink(self, side: str) -> BulkSink:
         """Return a ``Join.apply`` sink collecting ``side``'s writes.
 
         Refuses (raises :class:`BulkLoadRefused` before keeping anything) if the batch
-        deletes, so that ``apply`` aborts without writing its counters and the caller can
-        redo the batch through a normal WriteBatch.
+        deletes, so that ``apply`` aborts without writing anything, counters included,
+        and the caller can redo the batch through a normal WriteBatch.
         """
 
-        def collect(ops: Ops) -> None:
-            for cf, _keys, values in ops.blocks:
-                if None in values:
+        def collect(blocks: Sequence[WriteBlock]) -> None:
+            for block in blocks:
+                if None in block.values:
                     raise BulkLoadRefused(
-                        f"{side}: a bulk-loaded batch deletes from {cf}; only appends "
-                        "can be ingested"
+                        f"{side}: a bulk-loaded batch deletes from {block.column_family}; "
+                        "only appends can be ingested"
                     )
             per_cf = self.pending.setdefault(side, {})
             n = 0
-            for cf, keys, values in ops.blocks:
-                got = per_cf.setdefault(cf, ([], []))
-                got[0].extend(keys)
-                got[1].extend(values)  # type: ignore[arg-type]
-                n += len(keys)
+            for block in blocks:
+                got = per_cf.setdefault(block.column_family, ([], []))
+                got[0].extend(block.keys)
+                got[1].extend(block.values)
+                n += len(block.keys)
             self.pending_rows[side] = self.pending_rows.get(side, 0) + n
 
         return collect
@@ -97,7 +93,6 @@ class SstIngester:
         self.pending_rows[side] = 0
         if not per_cf:
             return
-        t = time.perf_counter()
         self.tmp.mkdir(exist_ok=True)
         for cf, (keys, values) in per_cf.items():
             if not keys:
@@ -111,14 +106,11 @@ class SstIngester:
                 writer[keys[i]] = values[i]
             writer.finish()
             size = path.stat().st_size
-            opts = rd.IngestExternalFileOptions()
-            opts.set_move_files(True)
-            self.store.cf(cf).ingest_external_file([str(path)], opts)
+            self.store.ingest(cf, [str(path)])
             self.bytes += size
             self.files[side] = self.files.get(side, 0) + 1
             self.rows[side] = self.rows.get(side, 0) + len(keys)
             log.debug("ingested %d rows (%d bytes) into %s", len(keys), size, cf)
-        self.seconds += time.perf_counter() - t
 
     def ingest_all(self) -> None:
         """Ingest every side's pending writes."""
@@ -153,17 +145,3 @@ def _sorted_order(keys: list[bytes]) -> list[int]:
         msg = "bulk load: the index produced one key twice in a run"
         raise StateCorruptedError(msg)
     return idx
-
-
-@contextmanager
-def wal_disabled(store: StateStore) -> Iterator[bool]:
-    """Turn the store's WAL off for a block (flushing on a clean exit); yields whether it was on.
-
-    A thin wrapper over :meth:`joinstate.StateStore.wal_disabled` that also reports
-    whether anything changed, for the population report.
-    """
-    if not store.wal_enabled:
-        yield False
-        return
-    with store.wal_disabled():
-        yield True

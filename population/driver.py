@@ -1,7 +1,7 @@
 """The population driver: load both sides of a join, emit the initial output, go live.
 
-Phases (DESIGN.md §3): find the small side (strategy, given sizes, or counting); set up
-per-side memtables while the families are still empty; stream batches in the chosen
+Phases: find the small side (strategy, given sizes, or counting); set up per-side
+memtables while the families are still empty; stream batches in the chosen
 order, dispatching events to the compaction policies; ingest what is pending; flush if
 the WAL was off; switch the join to the live phase.  Whatever happens, the compaction
 guard re-enables every column family a policy disabled, and the WAL switch is undone.
@@ -23,6 +23,7 @@ from compaction import (
     CompactionControl,
     CompactionPolicy,
     EpsioPolicy,
+    Event,
     Guard,
     PopulationEnded,
     PopulationStarted,
@@ -31,21 +32,22 @@ from compaction import (
     ThresholdCrossed,
     guarded,
 )
-from compaction.metrics import counter_delta, statistics_counters
 from joinstate import IndexOptions, SchemaMismatchError
-from population.bulk import SstIngester, wal_disabled
+from joinstate.activity import counter_delta, statistics_counters
+from population.bulk import SstIngester
 from population.errors import BulkLoadRefused, PopulationError
 from population.progress import Progress
 from population.report import Report, SideReport
 from population.sources import DEFAULT_BATCH_ROWS, Source, count_small
-from population.strategy import Strategy, choose, preset
+from population.strategy import CompactionName, Strategy, choose, preset, small_side
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
     import pyarrow as pa
 
-    from joinstate import Join, StateStore
+    from joinstate import Database, Join, SideName
+    from joinstate.options import Memtable
 
 __all__ = ["ORDERS", "populate"]
 
@@ -53,19 +55,20 @@ log = logging.getLogger(__name__)
 
 Order = Literal["small-first", "interleaved", "as-given"]
 ORDERS: tuple[str, ...] = ("small-first", "interleaved", "as-given")
-SIDES: tuple[Literal["left", "right"], ...] = ("left", "right")
+SIDES: tuple[SideName, SideName] = ("left", "right")
 SAMPLE_INTERVAL = 0.25
-"""Seconds between samples of L0 counts and RSS (a property read costs a few µs)."""
+"""Default seconds between samples of L0 counts and RSS (a property read costs a few µs)."""
+
+POLICIES: dict[CompactionName, Callable[[], CompactionPolicy]] = {
+    "rocksdb": RocksDBDefaults,
+    "epsio": EpsioPolicy,
+    "bulk-load": BulkLoadPolicy,
+}
+"""The main compaction policy of each ``Strategy.compaction``; the guard always runs too."""
 
 
 def _policies(strategy: Strategy) -> list[CompactionPolicy]:
-    main: CompactionPolicy
-    if strategy.compaction == "epsio":
-        main = EpsioPolicy()
-    elif strategy.compaction == "bulk-load":
-        main = BulkLoadPolicy()
-    else:
-        main = RocksDBDefaults()
+    main = POLICIES[strategy.compaction]()
     return [main, Guard(strategy.l0_limit, strategy.pending_bytes_limit)]
 
 
@@ -83,23 +86,21 @@ def _dir_bytes(path: Any) -> int:
 class _Run:
     """The mutable state of one population run (the public face is :func:`populate`)."""
 
-    def __init__(self, join: Join, store: StateStore, strategy: Strategy,
-                 small: Literal["left", "right"] | None, small_from: str, order: str,
-                 sources: dict[str, Source], sink: Callable[[pa.Table], Any] | None,
-                 progress: Progress) -> None:
+    def __init__(self, join: Join, store: Database, strategy: Strategy,
+                 small: SideName, order: str, sources: dict[str, Source],
+                 sink: Callable[[pa.Table], Any] | None, progress: Progress,
+                 sample_interval: float) -> None:
         self.join, self.store, self.strategy = join, store, strategy
-        self.small, self.small_from, self.order = small, small_from, order
+        self.small, self.order = small, order
         self.sources, self.out_sink, self.progress = sources, sink, progress
-        self.control = CompactionControl(
-            store, {s: join.index(s).column_families() for s in SIDES}
-        )
+        self.sample_interval = sample_interval
+        indexes = {s: join.index(s) for s in SIDES}
+        self.index_cf = {s: indexes[s].column_family for s in SIDES}
+        self.control = CompactionControl(store, indexes)
         self.control.small = small
         self.policies = _policies(strategy)
         self.ingester = SstIngester(store, strategy.bulk_run_rows) if strategy.bulk else None
-        self.bulk_sides = {
-            s for s in SIDES
-            if strategy.bulk and join.index(s).layout == "bag" and not join.index(s).track_degree
-        }
+        self.bulk_sides = {s for s in SIDES if strategy.bulk and indexes[s].appends_blindly}
         self.t0 = time.perf_counter()
         self.proc = psutil.Process()
         self.rss_start = self.proc.memory_info().rss
@@ -113,20 +114,19 @@ class _Run:
         self.deletes = dict.fromkeys(SIDES, 0)
         self.seconds = dict.fromkeys(SIDES, 0.0)
         self.finished_at: dict[str, float] = {}
-        self.memtables: dict[str, str | None] = dict.fromkeys(SIDES)
+        self.memtables: dict[str, Memtable | None] = dict.fromkeys(SIDES)
         self.output_rows = 0
         self.output_weight = 0
 
     # ---- events -----------------------------------------------------------------------
 
-    def dispatch(self, event: Any) -> None:
+    def dispatch(self, event: Event) -> None:
         for p in self.policies:
             p.observe(event, self.control)
 
     def sample(self, force: bool = False) -> None:
-        sample_interval = SAMPLE_INTERVAL  # read at call time, so tests can shorten it
         now = time.perf_counter() - self.t0
-        if not force and now - self.last_sample < sample_interval:
+        if not force and now - self.last_sample < self.sample_interval:
             return
         self.last_sample = now
         self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
@@ -153,12 +153,12 @@ class _Run:
     def setup_memtables(self) -> None:
         """Give each side's index its memtable, while the family is still empty."""
         for side in SIDES:
-            cf = self.join.index(side).cf
+            cf = self.index_cf[side]
             current = self.store.options.resolved(cf).memtable
             want = (self.strategy.small_memtable if side == self.small
                     else self.strategy.big_memtable)
             self.memtables[side] = current
-            if want is None or self.small is None or want == current:
+            if want is None or want == current:
                 continue
             if self.join.rows(side):
                 # Loaded by an earlier call (a driver loading one side per call): its
@@ -171,24 +171,23 @@ class _Run:
             except SchemaMismatchError as exc:
                 log.warning("keeping the %s memtable of %s: %s", current, cf, exc)
         size = self.strategy.big_write_buffer_size
-        if size is not None and self.small is not None:
+        if size is not None:
             big = self.control.other(self.small)
-            self.store.cf(self.join.index(big).cf).set_options(
-                {"write_buffer_size": str(size)})
+            self.store.set_cf_options(self.index_cf[big], {"write_buffer_size": str(size)})
 
     def restore_write_buffer(self) -> None:
-        if self.strategy.big_write_buffer_size is None or self.small is None:
+        if self.strategy.big_write_buffer_size is None:
             return
-        cf = self.join.index(self.control.other(self.small)).cf
+        cf = self.index_cf[self.control.other(self.small)]
         default = self.store.options.resolved(cf).write_buffer_size
-        self.store.cf(cf).set_options({"write_buffer_size": str(default)})
+        self.store.set_cf_options(cf, {"write_buffer_size": str(default)})
 
     # ---- the schedule -----------------------------------------------------------------
 
-    def schedule(self) -> Iterator[tuple[Literal["left", "right"], pa.RecordBatch | None]]:
+    def schedule(self) -> Iterator[tuple[SideName, pa.RecordBatch | None]]:
         """Yield ``(side, batch)``; ``(side, None)`` once when a side is exhausted."""
         if self.order == "interleaved":
-            first = self.small or "left"
+            first = self.small
             sides = [first, self.control.other(first)]
             live = list(sides)
             while live:
@@ -198,7 +197,7 @@ class _Run:
                         live.remove(side)
                     yield side, b
             return
-        first = (self.small or "left") if self.order == "small-first" else "left"
+        first = self.small if self.order == "small-first" else "left"
         for side in (first, self.control.other(first)):
             while True:
                 b = self.sources[side].next()
@@ -208,11 +207,11 @@ class _Run:
 
     # ---- writing ----------------------------------------------------------------------
 
-    def apply(self, side: Literal["left", "right"], batch: Any) -> None:
+    def apply(self, side: SideName, batch: Any) -> None:
         t = time.perf_counter()
         other = self.control.other(side)
         prepared = self.join.prepare(side, batch)
-        deletes = -int(prepared.w[prepared.w < 0].sum())  # rows retracted, with multiplicity
+        deletes = prepared.retracted  # rows retracted, with multiplicity
         ing = self.ingester
         out = None
         if ing is not None:
@@ -239,17 +238,14 @@ class _Run:
         self.deletes[side] += deletes
         self.seconds[side] += time.perf_counter() - t
         self.progress.update(side, n)
-        self.dispatch(BatchWritten(side, prepared.n, deletes))
+        self.dispatch(BatchWritten(side, prepared.rows, deletes))
         self.sample()
 
-    def finish_side(self, side: Literal["left", "right"]) -> None:
+    def finish_side(self, side: SideName) -> None:
         t = time.perf_counter()
         if self.ingester is not None and self.ingester.has_pending(side):
             self.ingester.ingest(side)
-        small = side == self.small if self.small is not None else not self.finished_at
-        if self.small is None and small:
-            self.control.small = side  # counting by observation: first to finish is small
-        self.dispatch(SideFinished(side, small))
+        self.dispatch(SideFinished(side, small=side == self.small))
         self.seconds[side] += time.perf_counter() - t
         self.finished_at[side] = round(time.perf_counter() - self.t0, 4)
         self.sample(force=True)
@@ -279,6 +275,7 @@ def populate(
     sizes: Mapping[str, int] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     go_live: bool = True,
+    sample_interval: float = SAMPLE_INTERVAL,
 ) -> Report:
     """Load both sides of ``join`` from existing data, emit the initial output, go live.
 
@@ -293,6 +290,9 @@ def populate(
 
     ``go_live=False`` leaves the join in the population phase, for drivers that load
     the sides in separate calls (Spark runs the small side's job, then the big side's).
+    ``sample_interval`` is the least number of seconds between two samples of the L0
+    file counts, pending compaction bytes and RSS; the guard's thresholds are checked at
+    each sample, so 0 checks them after every batch.
 
     The resulting state and the sum of the output deltas do not depend on the strategy
     or the order.  Auto-compaction is re-enabled on every column family on every exit
@@ -300,6 +300,8 @@ def populate(
     """
     if order not in ORDERS:
         raise PopulationError(f"order={order!r} must be one of {ORDERS}")
+    if not sample_interval >= 0:
+        raise PopulationError(f"sample_interval={sample_interval!r} must be >= 0 seconds")
     store = join.store
     if store is None or store.closed:
         raise PopulationError(f"join {join.name!r} is bound to a closed state store")
@@ -320,27 +322,24 @@ def populate(
     if sizes:
         known.update(sizes)
 
-    small: Literal["left", "right"] | None = None
-    small_from = "unknown"
+    small: SideName
     if isinstance(strategy, Strategy) and strategy.small_side is not None:
         small, small_from = strategy.small_side, "strategy"
     elif known["left"] is not None and known["right"] is not None:
-        small = "left" if known["left"] <= known["right"] else "right"
+        small = small_side({"left": known["left"], "right": known["right"]})
         small_from = "sizes"
     else:
-        counted, counted_sizes = count_small(sources)
-        small = "left" if counted == "left" else "right"
+        small, counted_sizes = count_small(sources)
         small_from = "counted"
         known = {s: known[s] if known[s] is not None else counted_sizes[s] for s in SIDES}
 
     if isinstance(strategy, Strategy):
         strat = strategy
     elif strategy == "auto":
-        big = "right" if small == "left" else "left"
-        idx = join.index(big)  # type: ignore[arg-type]
+        big: SideName = "right" if small == "left" else "left"
         strat = choose(
             known, {s: sources[s].snapshot for s in SIDES},
-            append_only_big=idx.layout == "bag" and not idx.track_degree,
+            append_only_big=join.index(big).appends_blindly,
         )
         if known[big] is None and small_from == "counted":
             strat = strat.replace(reason=strat.reason + f" ({small} side counted smaller)")
@@ -355,7 +354,7 @@ def populate(
     if known["left"] is not None and known["right"] is not None:
         total = known["left"] + known["right"]
     bar = Progress(progress, total, f"populate {join.name}")
-    run = _Run(join, store, strat, small, small_from, order, sources, sink, bar)
+    run = _Run(join, store, strat, small, order, sources, sink, bar, sample_interval)
     before = statistics_counters(store.statistics())
     log.info("populating %s with %s (%s), order %s, small side %s (%s)", join.name,
              strat.name, strat.reason or "given", order, small, small_from)
@@ -364,7 +363,7 @@ def populate(
         with guarded(run.control):
             try:
                 if strat.wal is False:
-                    with wal_disabled(store):
+                    with store.wal_disabled():
                         run.run()
                 else:
                     run.run()
@@ -404,7 +403,7 @@ def populate(
     }
     report = Report(
         join=join.name, strategy=strat.to_dict(), reason=strat.reason, order=order,
-        small_side=run.control.small, small_side_from=small_from, sides=sides,
+        small_side=small, small_side_from=small_from, sides=sides,
         output_rows=run.output_rows, output_weight=run.output_weight,
         wall_seconds=round(time.perf_counter() - run.t0, 4), bytes_written=written,
         ingested_bytes=ingested, rocksdb=activity, l0_samples=run.l0_samples,

@@ -1,7 +1,7 @@
 """The population report: what was loaded, how long it took, and what RocksDB did meanwhile.
 
-Frozen and JSON-serialisable, so a benchmark can keep it and a planner can learn from it
-(DESIGN.md §4: statistics "from earlier runs").
+Frozen and JSON-serialisable, so a benchmark can keep it and a planner can learn from
+the statistics of earlier runs.
 """
 
 from __future__ import annotations

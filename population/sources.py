@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from population.errors import PopulationError
+from population.strategy import small_side
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from joinstate import SideName
 
 __all__ = ["Source", "count_small"]
 
@@ -117,7 +120,7 @@ class Source:
         return True
 
 
-def count_small(sources: Mapping[str, Source]) -> tuple[str, dict[str, int | None]]:
+def count_small(sources: Mapping[str, Source]) -> tuple[SideName, dict[str, int | None]]:
     """Find the small side by reading both sources in lockstep until one runs out.
 
     Always advances the side that has read fewer rows, so the first side to run out is
@@ -131,8 +134,9 @@ def count_small(sources: Mapping[str, Source]) -> tuple[str, dict[str, int | Non
             break
         s = left if left.rows_read <= right.rows_read else right
         s.prefetch()
+    small: SideName
     if left.exhausted and right.exhausted:
-        small = "left" if left.rows_read <= right.rows_read else "right"
+        small = small_side({"left": left.rows_read, "right": right.rows_read})
     else:
         small = "left" if left.exhausted else "right"
     sizes: dict[str, int | None] = {

@@ -1,24 +1,28 @@
 """Population strategies: which memtable, which compaction policy, which write path per side.
 
 A strategy is data (a frozen, validated dataclass) so that a report can say exactly what
-ran, and so that the planner can later build one from statistics.  The presets are the
-four the issue names; ``auto`` is resolved from the data by :func:`choose`.
+ran, and so that the planner can later build one from statistics.  There are three
+presets (``symmetric``, ``asymmetric``, ``bulk``); ``auto`` is resolved from the data by
+:func:`choose`.  :func:`small_side` is the one rule for which side is the small one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from joinstate.options import Memtable
 from population.errors import PopulationError
 
-__all__ = ["CompactionName", "Strategy", "choose", "preset"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from joinstate import SideName
+
+__all__ = ["CompactionName", "Strategy", "choose", "preset", "small_side"]
 
 CompactionName = Literal["rocksdb", "epsio", "bulk-load"]
-MemtableName = Literal["skiplist", "hash_skip_list", "hash_link_list", "vector"]
-SideName = Literal["left", "right"]
-PRESETS = ("symmetric", "asymmetric", "bulk")
 
 _MIB = 1 << 20
 
@@ -40,8 +44,8 @@ class Strategy:
     name: str
     compaction: CompactionName = "rocksdb"
     small_side: SideName | None = None
-    small_memtable: MemtableName | None = None
-    big_memtable: MemtableName | None = None
+    small_memtable: Memtable | None = None
+    big_memtable: Memtable | None = None
     bulk: bool = False
     bulk_run_rows: int = 2_000_000
     wal: bool | None = None
@@ -62,8 +66,8 @@ class Strategy:
             problems.append(f"small_side={self.small_side!r} must be 'left', 'right' or None")
         for f in ("small_memtable", "big_memtable"):
             v = getattr(self, f)
-            if v is not None and v not in get_args(MemtableName):
-                problems.append(f"{f}={v!r} must be one of {get_args(MemtableName)} or None")
+            if v is not None and v not in get_args(Memtable):
+                problems.append(f"{f}={v!r} must be one of {get_args(Memtable)} or None")
         if not isinstance(self.bulk_run_rows, int) or self.bulk_run_rows < 1:
             problems.append(f"bulk_run_rows={self.bulk_run_rows!r} must be an int >= 1")
         if self.big_write_buffer_size is not None and not (
@@ -114,21 +118,35 @@ class Strategy:
         )
 
 
+_PRESETS: dict[str, Callable[[], Strategy]] = {
+    "symmetric": Strategy.symmetric,
+    "asymmetric": Strategy.asymmetric,
+    "bulk": Strategy.bulk_load,
+}
+PRESETS = tuple(_PRESETS)
+
+
 def preset(name: str) -> Strategy:
     """The preset strategy called ``name`` (``symmetric`` / ``asymmetric`` / ``bulk``)."""
-    if name == "symmetric":
-        return Strategy.symmetric()
-    if name == "asymmetric":
-        return Strategy.asymmetric()
-    if name == "bulk":
-        return Strategy.bulk_load()
-    raise PopulationError(
-        f"strategy={name!r} must be one of {(*PRESETS, 'auto')} or a population.Strategy"
-    )
+    make = _PRESETS.get(name)
+    if make is None:
+        raise PopulationError(
+            f"strategy={name!r} must be one of {(*PRESETS, 'auto')} or a population.Strategy"
+        )
+    return make()
+
+
+def small_side(sizes: Mapping[str, int]) -> SideName:
+    """The small side of a join whose sides hold ``sizes["left"]`` and ``sizes["right"]`` rows.
+
+    The one rule every driver uses: ``"left"`` if left <= right, else ``"right"`` (a tie
+    goes to the left side).
+    """
+    return "left" if sizes["left"] <= sizes["right"] else "right"
 
 
 def choose(
-    sizes: dict[str, int | None], snapshot: dict[str, bool], append_only_big: bool
+    sizes: Mapping[str, int | None], snapshot: Mapping[str, bool], append_only_big: bool
 ) -> Strategy:
     """The ``auto`` rule: a few thresholds on sizes, explained in ``Strategy.reason``.
 
@@ -142,8 +160,8 @@ def choose(
         return Strategy.symmetric().replace(
             reason="sizes unknown: no asymmetry to exploit, RocksDB defaults"
         )
-    small = min(known, key=lambda s: (known[s], s))
-    big = "right" if small == "left" else "left"
+    small = small_side(known)
+    big: SideName = "right" if small == "left" else "left"
     ratio = known[big] / max(1, known[small])
     if ratio < 4:
         return Strategy.symmetric().replace(

@@ -1,7 +1,7 @@
 """Synthetic TPC-DS-shaped data: a customer-like dimension and a store_sales-like fact.
 
 It lives in ``population`` (not ``bench``) because the population CLI's ``--synthetic``
-mode needs it and lower layers never import ``bench`` (DESIGN.md §6).
+mode needs it and lower layers never import ``bench``.
 
 The shapes follow TPC-DS at SF1 (100k customers, ~2.9M store_sales rows over those
 customers), so the asymmetry that population exploits is present, without needing

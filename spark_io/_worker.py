@@ -34,20 +34,20 @@ What survives a task retry (or the same operation run again):
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from joinstate import IndexOptions, Join, StateLockedError, StateStore, StoreOptions
+import population
+from joinstate import IndexOptions, Join, SideName, StateLockedError, StateStore, StoreOptions
 from spark_io.errors import PopulationStateError, ShardBusyError
 from spark_io.manifest import Manifest, shard_path
 from spark_io.routing import SHARD
@@ -66,9 +66,6 @@ __all__ = [
     "options_to_dict",
     "populate_shard",
 ]
-
-Side = Literal["left", "right"]
-
 
 # ---- store options travel as plain dicts (MappingProxyType does not pickle) ---------------
 
@@ -117,7 +114,7 @@ def open_shard(
         yield manifest.join(store)
 
 
-def side_rows(join: Join, side: Side) -> int:
+def side_rows(join: Join, side: SideName) -> int:
     """Rows (NULL-key rows included) currently stored on ``side``, from counters."""
     return join.rows(side)
 
@@ -237,18 +234,8 @@ def _report(shard: int, side: str, rows_in: int, rows_out: int, seconds: float,
 
 # ---- population: the one place that decides how a shard is loaded --------------------------
 
-def _population_backend() -> Callable[..., Any] | None:
-    """``population.populate`` if the package is importable and has it, else ``None``."""
-    try:
-        import population
-    except ImportError:
-        return None
-    fn = getattr(population, "populate", None)
-    return fn if callable(fn) else None
-
-
 def populate_shard(
-    join: Join, side: Side, batches: Iterator[pa.Table], *, strategy: str,
+    join: Join, side: SideName, batches: Iterator[pa.Table], *, strategy: str,
     sizes: dict[str, int] | None, sink: Callable[[pa.Table], Any], go_live: bool = True,
 ) -> dict[str, Any]:
     """Load ``batches`` into ``side`` of one shard's join; output deltas go to ``sink``.
@@ -256,36 +243,17 @@ def populate_shard(
     ``go_live`` is False for the first (small side's) job, so the join stays in the
     population phase until the second job has loaded the other side.
 
-    With the ``population`` package, its driver runs with the other side empty (that
-    side is loaded, or will be, by the other job) and the join's strategy; without it,
-    each batch is a plain ``join.push``.  Returns a JSON-able report.  The caller owns
-    the join's phase.
+    The ``population`` driver runs with the other side empty (that side is loaded, or
+    will be, by the other job) and the join's strategy.  Returns a JSON-able report.
+    The caller owns the join's phase.
     """
-    populate = _population_backend()
-    other: Side = "right" if side == "left" else "left"
-    if populate is not None:
-        kwargs: dict[str, Any] = {side: batches, other: [], "strategy": strategy,
-                                  "order": "small-first", "sink": sink, "progress": False}
-        params = inspect.signature(populate).parameters
-        if sizes is not None and "sizes" in params:
-            kwargs["sizes"] = sizes
-        if "go_live" in params:
-            kwargs["go_live"] = go_live
-        report = populate(join, **kwargs)
-        detail = report.to_dict() if hasattr(report, "to_dict") else {"report": str(report)}
-        return {"driver": "population", **detail}
-    t0 = time.perf_counter()
-    rows = batches_n = out_rows = 0
-    for table in batches:
-        out = join.push(side, table)
-        rows += table.num_rows
-        batches_n += 1
-        if out.num_rows:
-            out_rows += out.num_rows
-            sink(out)
-    return {"driver": "push", "strategy": "push (population package unavailable)",
-            "rows": rows, "batches": batches_n, "output_rows": out_rows,
-            "wall_seconds": round(time.perf_counter() - t0, 4)}
+    other: SideName = "right" if side == "left" else "left"
+    sources: dict[SideName, Any] = {side: batches, other: []}
+    report = population.populate(
+        join, sources["left"], sources["right"], strategy=strategy, order="small-first",
+        sink=sink, progress=False, sizes=sizes, go_live=go_live,
+    )
+    return {"driver": "population", **report.to_dict()}
 
 
 # ---- tasks ----------------------------------------------------------------------------------
@@ -300,7 +268,7 @@ class _ShardTask:
         return open_shard(self.manifest, self.state_dir, shard, options_from_dict(self.options),
                           read_only=read_only)
 
-    def conformed(self, side: Side, pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    def conformed(self, side: SideName, pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
         schema = self.manifest.side(side).schema
         for t in pieces:
             yield conform_batch(t, schema)
@@ -313,7 +281,7 @@ class PopulateTask(_ShardTask):
     ``final`` is true for the second job: the shard goes live when it is done.
     """
 
-    side: Side = "left"
+    side: SideName = "left"
     output_dir: str = ""
     strategy: str = "auto"
     sizes: dict[str, int] | None = None
@@ -379,7 +347,7 @@ class ApplyTask(_ShardTask):
     a successful push, so recorded outputs do not accumulate.
     """
 
-    side: Side = "left"
+    side: SideName = "left"
     output_dir: str = ""
     commit_id: str = ""
     forget_prefix: str | None = None
@@ -441,7 +409,7 @@ class StateTask(_ShardTask):
     shard no row ever reached has no directory and contributes nothing.
     """
 
-    side: Side = "left"
+    side: SideName = "left"
     schema: pa.Schema | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

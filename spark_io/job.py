@@ -31,15 +31,15 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joinstate import Side, StoreOptions, output_schema
-from joinstate.errors import SchemaMismatchError
+from joinstate import WEIGHT, SchemaMismatchError, Side, SideName, StoreOptions, output_schema
 from joinstate.keys import key_plan
-from joinstate.schema import WEIGHT, check_column_types
+from joinstate.schema import check_column_types
+from population.strategy import small_side as choose_small_side
 from spark_io._worker import (
     ApplyTask,
     ControlTask,
@@ -63,7 +63,6 @@ __all__ = ["SparkJoin"]
 
 log = logging.getLogger(__name__)
 
-SideName = Literal["left", "right"]
 _SIDES: tuple[SideName, SideName] = ("left", "right")
 
 
@@ -118,8 +117,7 @@ class SparkJoin:
             manifest = stored
         else:
             manifest.write(state)
-        self._attach(spark, manifest, state, options, out_schema)
-        self._snapshots: dict[str, DataFrame] | None = {"left": left, "right": right}
+        self._attach(spark, manifest, state, options, out_schema, {"left": left, "right": right})
 
     @classmethod
     def open(cls, spark: SparkSession, name: str, state_dir: str | Path,
@@ -132,12 +130,13 @@ class SparkJoin:
         state = Path(state_dir).resolve()
         manifest = Manifest.read(state, name)
         job = cls.__new__(cls)
-        job._attach(spark, manifest, state, options, _output_schema(manifest))
-        job._snapshots = None
+        cls._attach(job, spark, manifest, state, options, _output_schema(manifest), None)
         return job
 
     def _attach(self, spark: SparkSession, manifest: Manifest, state_dir: Path,
-                options: StoreOptions | None, out_schema: pa.Schema) -> None:
+                options: StoreOptions | None, out_schema: pa.Schema,
+                snapshots: dict[str, DataFrame] | None) -> None:
+        self._snapshots = snapshots
         self.spark = spark
         self.manifest = manifest
         self.state_dir = state_dir
@@ -191,9 +190,8 @@ class SparkJoin:
                 f"{self.manifest.populated}); use apply() for changes, or a new state_dir"
             )
         t0 = time.perf_counter()
-        counts = {s: self._snapshots[s].count() for s in _SIDES}
-        small: SideName = small_side or ("left" if counts["left"] <= counts["right"]
-                                         else "right")
+        counts: dict[str, int] = {s: self._snapshots[s].count() for s in _SIDES}
+        small: SideName = small_side or choose_small_side(counts)
         if small not in _SIDES:
             raise SchemaMismatchError(f"small_side={small!r} must be 'left' or 'right'")
         big: SideName = "right" if small == "left" else "left"

@@ -32,13 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from joinstate.errors import JoinSpecMismatchError
-from joinstate.side import Side
+from joinstate import JoinSpecMismatchError, Side
+from joinstate.catalog import spec_diff
 from spark_io.errors import ManifestError
 
 if TYPE_CHECKING:
-    from joinstate.join import Join
-    from joinstate.store import StateStore
+    from joinstate import Join, SideName, StateStore
 
 __all__ = ["FORMAT", "PARTITIONER", "Manifest", "manifest_path", "shard_path"]
 
@@ -99,7 +98,7 @@ class Manifest:
         return store.join(self.name, left=self.left, right=self.right, how=how,
                           suffixes=self.suffixes)
 
-    def side(self, label: str) -> Side:
+    def side(self, label: SideName) -> Side:
         """The :class:`Side` called ``label`` (``"left"`` or ``"right"``)."""
         if label == "left":
             return self.left
@@ -117,18 +116,7 @@ class Manifest:
 
     def check_same(self, other: Manifest, state_dir: str | Path) -> None:
         """Raise :class:`JoinSpecMismatchError` naming every field where the specs differ."""
-        a, b = self.spec(), other.spec()
-        diffs = []
-        for k in a:
-            if a[k] == b[k]:
-                continue
-            if isinstance(a[k], dict):
-                diffs += [
-                    f"{k}.{kk}: stored {a[k][kk]!r}, given {b[k][kk]!r}"
-                    for kk in a[k] if kk != "schema" and a[k][kk] != b[k][kk]
-                ] or [f"{k}: schema metadata differs"]
-            else:
-                diffs.append(f"{k}: stored {a[k]!r}, given {b[k]!r}")
+        diffs = spec_diff(self.spec(), other.spec())
         if diffs:
             raise JoinSpecMismatchError(
                 f"join {self.name!r} in {state_dir} was created with a different spec "

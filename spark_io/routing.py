@@ -2,8 +2,9 @@
 
 Two steps, both planned on the driver and run on executors:
 
-1. :class:`ShardRouter` (a ``mapInArrow`` function) adds a ``_shard`` column computed
-   exactly as :meth:`joinstate.Join.shard_of` does: the join's common key plan makes an
+1. :class:`ShardRouter` (a ``mapInArrow`` function) adds a ``_shard`` column with
+   :meth:`joinstate.keys.KeyCodec.shard_of`, the one implementation that
+   :meth:`joinstate.Join.shard_of` also calls: the join's common key plan makes an
    ``IntegerType`` key on one side and a ``LongType`` key on the other encode to the
    same canonical bytes, so equal keys land on the same shard; NULL keys go to shard 0.
    No state store is opened for this.
@@ -28,7 +29,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joinstate.keys import KeyCodec, hash_prefix, key_plan
+from joinstate.keys import KeyCodec, key_plan
 from spark_io.types import arrow_schema, conform_batch
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame
 
+    from joinstate import SideName
     from spark_io.manifest import Manifest
 
 __all__ = ["SHARD", "ShardRouter", "murmur3_long", "partition_keys", "route"]
@@ -97,7 +99,7 @@ class ShardRouter:
     Runs on executors; stateless, so a retried or re-evaluated task routes the same way.
     """
 
-    def __init__(self, manifest: Manifest, side: str) -> None:
+    def __init__(self, manifest: Manifest, side: SideName) -> None:
         self.side = side
         self.shards = manifest.shards
         s = manifest.side(side)
@@ -110,10 +112,7 @@ class ShardRouter:
     def shard_of(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
         """Shard of every row (equal to ``Join.shard_of`` for the same join and shards)."""
         table = conform_batch(batch, self.schema).select(self.key)
-        canon, null = self.codec.encode(table)
-        shard = hash_prefix(canon) % np.uint64(self.shards)
-        shard[null] = 0
-        return shard.astype(np.int32)
+        return self.codec.shard_of(table, self.shards).astype(np.int32)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield each batch with its ``_shard`` column appended."""
@@ -124,7 +123,7 @@ class ShardRouter:
             )
 
 
-def route(df: DataFrame, manifest: Manifest, side: str) -> DataFrame:
+def route(df: DataFrame, manifest: Manifest, side: SideName) -> DataFrame:
     """``df`` with a ``_shard`` column, partition ``i`` holding exactly shard ``i``."""
     # Fail on the driver, naming the column, before any task starts.
     arrow_schema(df.schema)

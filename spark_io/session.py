@@ -11,8 +11,8 @@ For a cluster, set the same things in ``spark-submit``/``SparkSession.builder``:
 * executors' Python must have ``joinstate`` installed (``PYSPARK_PYTHON``);
 * ``state_dir`` must be a path every executor sees as the same directory (shared
   storage): state on executor-local disk is only correct while every shard stays on
-  one executor, which a cluster does not promise.  Checkpointing to a durable URI (a
-  later issue) lifts this.
+  one executor, which a cluster does not promise.  (Checkpointing state to a durable
+  URI, which would lift this, is not implemented.)
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from joinstate.errors import SchemaMismatchError
+from joinstate import SchemaMismatchError
 
 __all__ = ["arrow_schema", "arrow_type", "conform_batch", "spark_schema", "spark_type"]
 

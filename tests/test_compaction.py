@@ -15,7 +15,6 @@ import pytest
 import compaction
 import joinstate
 import population
-import population.driver
 from population import synthetic as syn
 
 if TYPE_CHECKING:
@@ -29,6 +28,14 @@ def make_join(store: joinstate.StateStore, how: str = "inner") -> joinstate.Join
                             unique_key=["c_customer_sk"]),
         right=joinstate.Side(syn.SALES_SCHEMA, key=["ss_customer_sk"]), how=how,
     )
+
+
+def cfs(join: joinstate.Join, side: joinstate.SideName) -> tuple[str, str]:
+    """The side's rows family and its NULL-key rows family (the data column families)."""
+    info = join.index(side)
+    assert info.column_family == info.data_column_families[0]
+    assert len(info.data_column_families) == 2
+    return info.data_column_families[0], info.data_column_families[1]
 
 
 def failing(batches: list[pa.RecordBatch], after: int) -> Any:
@@ -50,7 +57,7 @@ def test_compaction_reenabled_after_failure_mid_population(
         j = make_join(store)
 
         def spy(_out: pa.Table) -> None:
-            flags = compaction.auto_compaction_flags(store)
+            flags = compaction.auto_compaction_flags(store.path)
             seen_disabled.append({cf for cf, off in flags.items() if off})
 
         with pytest.raises(RuntimeError, match="injected failure"):
@@ -58,9 +65,9 @@ def test_compaction_reenabled_after_failure_mid_population(
                                 order=order, sink=spy, progress=False,
                                 sizes={"left": 2000, "right": 20_000}, batch_rows=500)
         # compaction really was off for the big side while loading ...
-        assert any("j.j.right" in s for s in seen_disabled)
+        assert any(cfs(j, "right")[0] in s for s in seen_disabled)
         # ... and is on again for every column family after the failure
-        flags = compaction.auto_compaction_flags(store)
+        flags = compaction.auto_compaction_flags(store.path)
         assert flags and not any(flags.values()), flags
         assert j.phase == "population"
         assert not (tmp_path / "s" / "population-sst").exists()
@@ -80,7 +87,7 @@ def test_compaction_reenabled_after_failing_output_sink(tmp_path: Any) -> None:
             population.populate(j, syn.customers(1000), syn.sales(10_000, 1000),
                                 strategy="asymmetric", sink=sink, progress=False,
                                 batch_rows=1000)
-        assert not any(compaction.auto_compaction_flags(store).values())
+        assert not any(compaction.auto_compaction_flags(store.path).values())
 
 
 def test_epsio_compacts_small_side_and_disables_big_side(tmp_path: Any) -> None:
@@ -89,24 +96,25 @@ def test_epsio_compacts_small_side_and_disables_big_side(tmp_path: Any) -> None:
     snapshots: list[dict[str, Any]] = []
     with joinstate.StateStore(tmp_path / "s", opts) as store:
         j = make_join(store)
+        left, right = cfs(j, "left")[0], cfs(j, "right")[0]
 
         def spy(_out: pa.Table) -> None:
-            snapshots.append(compaction.rocksdb_activity(store, ["j.j.left", "j.j.right"]))
+            snapshots.append(compaction.rocksdb_activity(store, [left, right]))
 
         rep = population.populate(j, syn.customers(20_000), syn.sales(200_000, 20_000),
                                   strategy="asymmetric", sink=spy, progress=False,
                                   batch_rows=10_000)
         during = snapshots[-1]["cf"]
-        assert during["j.j.left"]["num-files-at-level0"] == 0
-        assert during["j.j.left"]["auto_compaction_disabled"] is False
-        assert during["j.j.right"]["auto_compaction_disabled"] is True
-        assert rep.l0_max["j.j.right"] >= 3  # ~12 MiB of sales through a 1 MiB memtable
+        assert during[left]["num-files-at-level0"] == 0
+        assert during[left]["auto_compaction_disabled"] is False
+        assert during[right]["auto_compaction_disabled"] is True
+        assert rep.l0_max[right] >= 3  # ~12 MiB of sales through a 1 MiB memtable
         kinds = [(a["action"], a["cf"]) for a in rep.actions]
-        assert kinds.index(("compact", "j.j.left")) < kinds.index(("disable", "j.j.right"))
-        assert ("enable", "j.j.right") in kinds
+        assert kinds.index(("compact", left)) < kinds.index(("disable", right))
+        assert ("enable", right) in kinds
         assert rep.rocksdb["compaction_write_bytes"] > 0  # the small side's compaction
         after = compaction.rocksdb_activity(store)
-        assert after["cf"]["j.j.right"]["auto_compaction_disabled"] is False
+        assert after["cf"][right]["auto_compaction_disabled"] is False
         assert after["db"]["flush_write_bytes"] > 0
 
 
@@ -119,51 +127,58 @@ def test_symmetric_leaves_rocksdb_alone(tmp_path: Any) -> None:
         assert rep.sides["left"].memtable == rep.sides["right"].memtable == "skiplist"
 
 
-def test_guard_reenables_when_l0_passes_limit(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(population.driver, "SAMPLE_INTERVAL", 0.0)
+def test_guard_reenables_when_l0_passes_limit(tmp_path: Any) -> None:
     opts = joinstate.StoreOptions(write_buffer_size=1 << 20)
     strategy = population.Strategy.asymmetric().replace(l0_limit=2)
     with joinstate.StateStore(tmp_path / "s", opts) as store:
         j = make_join(store)
+        right = cfs(j, "right")[0]
         rep = population.populate(j, syn.customers(20_000), syn.sales(200_000, 20_000),
-                                  strategy=strategy, progress=False, batch_rows=10_000)
+                                  strategy=strategy, progress=False, batch_rows=10_000,
+                                  sample_interval=0.0)
         guard = [a for a in rep.actions if a["reason"].startswith("guard: l0_files")]
-        assert guard and guard[0]["cf"] == "j.j.right" and guard[0]["action"] == "enable"
+        assert guard and guard[0]["cf"] == right and guard[0]["action"] == "enable"
         # once tripped, the family stays enabled for the rest of population
-        later = [a for a in rep.actions if a["t"] > guard[0]["t"] and a["cf"] == "j.j.right"]
+        later = [a for a in rep.actions if a["t"] > guard[0]["t"] and a["cf"] == right]
         assert all(a["action"] != "disable" for a in later)
 
 
-def test_guard_reenables_on_big_side_deletes(tmp_path: Any) -> None:
+@pytest.mark.parametrize("policy", [compaction.EpsioPolicy, compaction.BulkLoadPolicy])
+def test_guard_reenables_on_big_side_deletes(tmp_path: Any, policy: Any) -> None:
+    """The one rule "deletes re-enable compaction" lives in the guard, not in the policies."""
     with joinstate.StateStore(tmp_path / "s") as store:
         j = make_join(store)
         control = compaction.CompactionControl(
-            store, {s: j.index(s).column_families() for s in ("left", "right")})
+            store, {s: j.index(s) for s in ("left", "right")})
         control.small = "left"
+        right, right_nulls = cfs(j, "right")
         guard = compaction.Guard()
-        policy = compaction.EpsioPolicy()
-        policy.observe(compaction.SideFinished("left", small=True), control)
-        assert control.disabled == {"j.j.right", "j.j.right.nulls"}
+        main = policy()
+        main.observe(compaction.PopulationStarted("left"), control)
+        main.observe(compaction.SideFinished("left", small=True), control)
+        assert control.disabled == {right, right_nulls}
+        deletes = compaction.BatchWritten("right", rows=10, deletes=3)
+        main.observe(deletes, control)  # the main policy leaves deletes to the guard
+        assert control.disabled == {right, right_nulls}
         guard.observe(compaction.BatchWritten("right", rows=10, deletes=0), control)
         assert control.disabled
-        guard.observe(compaction.BatchWritten("right", rows=10, deletes=3), control)
-        assert not control.disabled and control.pinned == {"j.j.right", "j.j.right.nulls"}
-        control.disable("j.j.right", "a policy trying again")  # pinned: refused
-        assert not compaction.auto_compaction_flags(store)["j.j.right"]
+        guard.observe(deletes, control)
+        assert not control.disabled and control.pinned == {right, right_nulls}
+        control.disable(right, "a policy trying again")  # pinned: refused
+        assert not compaction.auto_compaction_flags(store.path)[right]
 
 
 def test_guarded_restores_and_propagates(tmp_path: Any) -> None:
     with joinstate.StateStore(tmp_path / "s") as store:
         j = make_join(store)
         control = compaction.CompactionControl(
-            store, {s: j.index(s).column_families() for s in ("left", "right")})
+            store, {s: j.index(s) for s in ("left", "right")})
+        left = cfs(j, "left")[0]
         with pytest.raises(ValueError, match="boom"), compaction.guarded(control):
-            control.disable("j.j.left", "test")
-            assert compaction.auto_compaction_flags(store)["j.j.left"]
+            control.disable(left, "test")
+            assert compaction.auto_compaction_flags(store.path)[left]
             raise ValueError("boom")
-        assert not compaction.auto_compaction_flags(store)["j.j.left"]
+        assert not compaction.auto_compaction_flags(store.path)[left]
         with pytest.raises(joinstate.JoinStateError, match="'middle'"):
             control.cfs("middle")
 

@@ -197,7 +197,7 @@ def test_overrides_resolve_per_join_side_with_precedence() -> None:
     extra = options.resolved(CF("sales.right"), joinstate.IndexOptions(memtable="vector"))
     assert extra.memtable == "vector" and extra.write_buffer_size == 8 * MIB
     # A side's override is not its .nulls / .deg family's.
-    assert options.resolved(CF("sales.right") + '.nulls').memtable == "skiplist"
+    assert options.resolved(CF("sales.right") + ".nulls").memtable == "skiplist"
 
 
 @pytest.mark.parametrize("memtable", ["skiplist", "hash_skip_list", "hash_link_list", "vector"])
@@ -206,7 +206,8 @@ def test_cf_options_build_for_every_family(tmp_path: Path, memtable: str) -> Non
                  for side in ("left", "right", "left.deg", "right.nulls")}
     options = joinstate.StoreOptions(index_overrides=overrides, memtable=memtable)  # type: ignore[arg-type]
     cache = rd.Cache(MIB)
-    for name in ("__meta__", CF("j.left"), CF("j.left") + '.nulls', CF("j.left") + '.deg', CF("j.right") + '.nulls'):
+    left, right = CF("j.left"), CF("j.right")
+    for name in ("__meta__", left, left + ".nulls", left + ".deg", right + ".nulls"):
         assert isinstance(options.cf_options(name, cache), rd.Options)
         assert isinstance(options.cf_options(name, None, prefix_extractor=False), rd.Options)
     side = joinstate.Side(pa.schema([("k", pa.int64())]), key=["k"])
@@ -313,7 +314,7 @@ OVERRIDES = {
     "j.left": joinstate.IndexOptions(memtable="hash_skip_list", hash_bucket_count=4096),
     "j.right": joinstate.IndexOptions(memtable="hash_link_list", hash_bucket_count=4096),
     "j.left.deg": joinstate.IndexOptions(memtable="vector"),
-    CF("j.right") + '.deg': joinstate.IndexOptions(memtable="hash_skip_list"),
+    CF("j.right") + ".deg": joinstate.IndexOptions(memtable="hash_skip_list"),
     "k.left": joinstate.IndexOptions(memtable="vector", write_buffer_size=2 * MIB),
     "k.right": joinstate.IndexOptions(memtable="hash_skip_list", bloom_bits_per_key=0),
     "m.left": joinstate.IndexOptions(memtable="hash_link_list"),

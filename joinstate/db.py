@@ -1,0 +1,485 @@
+"""The database under a state store: one RocksDB directory, its column families, counters.
+
+:class:`Database` owns the RocksDB handle and everything that touches it directly:
+opening safely, column families, atomic writes, ``__meta__`` records and counters, and
+the mapping of RocksDB errors to named ones.  The modules that build on it (transactions,
+layouts, indexes, joins) need only this; :class:`joinstate.StateStore` adds the joins.
+
+Lifecycle contract: a store owns its RocksDB handle and every column-family object it
+hands out.  ``close()`` drops all of them before closing the DB, because rocksdict keeps
+the directory LOCK while any column-family object or iterator is alive; nothing here
+relies on garbage collection to release RocksDB.
+
+Threads: a store may be shared by threads.  Every write (a push: prepare, write, probe
+cache update) and every multi-step read (``state()``, ``stats()``, ``verify()``) holds
+the store's re-entrant :attr:`lock`, so pushes are serialized.  rocksdict holds the GIL
+during writes anyway, so serializing costs no parallelism; processes (one per shard,
+as Spark runs them) are how work runs in parallel.
+
+Opening never destroys anything: a new store is created only in a missing or empty
+directory; a directory holding RocksDB files without ``CURRENT``, another RocksDB
+database, or anything else raises :class:`~joinstate.errors.NotAStateStoreError`
+before a byte is written.  Every RocksDB error is raised as a named
+:class:`~joinstate.errors.JoinStateError` (:mod:`joinstate._rocks`).
+
+The ``__meta__`` column family holds the catalog (one JSON spec per join), the layout
+version, phases, commit records and per-column-family counters, all updated in the
+same WriteBatch as the data they describe (:mod:`joinstate.names` lists every key).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import rocksdict as rd
+
+from joinstate import _rocks
+from joinstate.activity import activity_counters
+from joinstate.errors import (
+    NotAStateStoreError,
+    SchemaMismatchError,
+    StateClosedError,
+    StateCorruptedError,
+    StateReadOnlyError,
+)
+from joinstate.names import (
+    LAYOUT_VERSION_KEY,
+    META_CF,
+    counter_key,
+    is_keyed_cf,
+    join_spec_key,
+    join_spec_prefix,
+)
+from joinstate.options import IndexOptions, StoreOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from types import TracebackType
+
+__all__ = ["LAYOUT_VERSION", "Database"]
+
+log = logging.getLogger(__name__)
+
+LAYOUT_VERSION = 2
+"""Version of the on-disk layout (column-family naming, keys, values, commit records)."""
+
+_ENTRIES = re.compile(r"# entries=(\d+)")
+_ROCKSDB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
+_ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
+_ROCKSDB_SUFFIXES = (".sst", ".log", ".blob")
+
+
+def _looks_like_rocksdb(name: str) -> bool:
+    return (name in _ROCKSDB_FILES or name.startswith(_ROCKSDB_PREFIXES)
+            or name.endswith(_ROCKSDB_SUFFIXES))
+
+
+def _check_path(path: Path, read_only: bool) -> bool:
+    """Decide whether ``path`` may be opened; returns whether a new store is created.
+
+    Raises :class:`NotAStateStoreError` (touching nothing) for anything that is not a
+    joinstate store and is not empty.
+    """
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            where = "is" if parent == path else f"is under {parent}, which is"
+            raise NotAStateStoreError(
+                f"state store path {path} {where} a regular file, not a directory; choose "
+                "a directory path"
+            )
+        if parent.exists():
+            break
+    if not path.exists():
+        if read_only:
+            raise NotAStateStoreError(
+                f"no state store at {path} to open read-only; create it with a writer first"
+            )
+        return True
+    names = sorted(p.name for p in path.iterdir())
+    if "CURRENT" in names:
+        return False
+    if not names:
+        if read_only:
+            raise NotAStateStoreError(f"{path} is empty: no state store to open read-only")
+        return True
+    rocks = [n for n in names if _looks_like_rocksdb(n)]
+    if rocks:
+        raise NotAStateStoreError(
+            f"{path} holds RocksDB files ({', '.join(rocks[:4])}"
+            f"{' ...' if len(rocks) > 4 else ''}) but no CURRENT file: the database is "
+            "damaged, and opening it would replace it by an empty one. Nothing was changed; "
+            "restore CURRENT (it names the latest MANIFEST file) or the directory from a copy"
+        )
+    raise NotAStateStoreError(
+        f"{path} is a non-empty directory that is not a joinstate state store (it holds "
+        f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}); choose an empty or new "
+        "directory"
+    )
+
+
+class Database:
+    """One RocksDB directory, opened safely; see the module docstring.
+
+    Use as a context manager, or call :meth:`close` explicitly.  ``read_only=True`` opens
+    a directory another process is writing (no LOCK; the writer's committed writes as of
+    the open are visible) for inspection.
+    """
+
+    def __init__(
+        self, path: str | Path, options: StoreOptions | None = None, *, read_only: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self.options = options if options is not None else StoreOptions()
+        if not isinstance(self.options, StoreOptions):
+            raise SchemaMismatchError(
+                f"options must be a joinstate.StoreOptions, got {type(self.options).__name__}"
+            )
+        self.lock = threading.RLock()
+        self._cache = rd.Cache(self.options.block_cache_size) if self.options.block_cache_size \
+            else None
+        self._write_options = self.options.write_options()
+        self._cfs: dict[str, Any] = {}
+        self._handles: dict[str, Any] = {}
+        self._counters: dict[bytes, int] = {}
+        self._db: Any = None
+        create = _check_path(self.path, read_only)
+        self._db_options = self.options.db_options(create=create)
+        existing: list[str] = []
+        if not create:
+            with _rocks.rocks_errors(self.path, "list column families"):
+                existing = list(rd.Rdict.list_cf(str(self.path), rd.Options(raw_mode=True)))
+            if META_CF not in existing:
+                raise NotAStateStoreError(
+                    f"{self.path} is a RocksDB database but not a joinstate state store (no "
+                    f"{META_CF!r} column family); nothing was changed; choose another path"
+                )
+            if not read_only:
+                self._check_counts(existing)
+        else:
+            with _rocks.rocks_errors(self.path, "create the state store directory"):
+                self.path.mkdir(parents=True, exist_ok=True)
+        column_families = {
+            name: self.cf_options(name) for name in existing if name != "default"
+        }
+        column_families.setdefault(META_CF, self.cf_options(META_CF))
+        # Read-only opens take no LOCK and replay the writer's WAL: a consistent view of
+        # a store another process is writing (as of the open), for inspection.
+        access = rd.AccessType.read_only(False) if read_only else rd.AccessType.read_write()
+        with _rocks.rocks_errors(self.path, "open the state store"):
+            self._db = rd.Rdict(
+                str(self.path), self._db_options, column_families=column_families,
+                access_type=access,
+            )
+        try:
+            self._check_layout_version(create)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_counts(self, existing: Sequence[str]) -> None:
+        """Refuse a store whose files hold fewer entries than its counters record.
+
+        A damaged (e.g. truncated) MANIFEST makes RocksDB open the database with only the
+        files it still lists, and delete the others as obsolete: rows would vanish
+        silently.  Every live key has at least one physical entry, so the entries in a
+        family's files and memtables can never be fewer than its ``entries`` counter.
+        The check runs on a read-only open first (which deletes nothing), from table
+        properties: no data block is read.
+        """
+        names = [n for n in existing if is_keyed_cf(n) or n.endswith(".nulls")]
+        if not names or not any(self.path.glob("*.sst")):
+            return
+        cfs = {n: self.cf_options(n) for n in existing if n != "default"}
+        with _rocks.rocks_errors(self.path, "open the state store"):
+            db = rd.Rdict(str(self.path), self.options.db_options(create=False),
+                          column_families=cfs, access_type=rd.AccessType.read_only(False))
+        try:
+            with _rocks.rocks_errors(self.path, "check the state store's files"):
+                meta = db.get_column_family(META_CF)
+                for name in names:
+                    raw = meta.get(counter_key(name, "entries"))
+                    want = 0 if raw is None else int.from_bytes(raw, "big", signed=True)
+                    if want <= 0:
+                        continue
+                    cf = db.get_column_family(name)
+                    props = cf.property_value("rocksdb.aggregated-table-properties") or ""
+                    m = _ENTRIES.search(props)
+                    have = int(m.group(1)) if m else 0
+                    for p in ("rocksdb.num-entries-active-mem-table",
+                              "rocksdb.num-entries-imm-mem-tables"):
+                        have += int(cf.property_int_value(p) or 0)
+                    del cf
+                    if have < want:
+                        raise StateCorruptedError(
+                            f"{self.path}: column family {name!r} holds {have} entries in its "
+                            f"files but its counter records {want}: files are missing from "
+                            "the database (a damaged MANIFEST?). Nothing was changed; restore "
+                            "the directory from a copy or repopulate"
+                        )
+                del meta
+        finally:
+            db.close()
+            del db
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._db is None
+
+    def close(self) -> None:
+        """Close the store (data is durable through the WAL or an explicit flush).
+
+        Safe to call twice, and after any error: a failure while closing (a disk that
+        filled up) is logged, not raised — every committed batch is already in the
+        WAL, and reopening resumes from the last one.  Joins bound to this store become
+        unusable.
+        """
+        with self.lock:
+            if self._db is None:
+                return
+            self._detach()
+            self._cfs.clear()
+            self._handles.clear()
+            db, self._db = self._db, None
+            try:
+                db.close()
+            except Exception as exc:  # rocksdict raises bare Exceptions
+                log.warning("closing %s: %s", self.path,
+                            _rocks.translate(exc, self.path, "close the state store"))
+
+    def _detach(self) -> None:
+        """Hook for subclasses: drop what is bound to the open database."""
+
+    def _require_open(self) -> Any:
+        if self._db is None:
+            raise StateClosedError(f"state store {self.path} is closed")
+        return self._db
+
+    def require_writable(self, what: str) -> None:
+        """Raise :class:`StateReadOnlyError` (naming ``what``) on a read-only store."""
+        self._require_open()
+        if self.read_only:
+            raise StateReadOnlyError(
+                f"cannot {what}: state store {self.path} was opened read-only; open it "
+                "without read_only=True (one writer at a time) to change it"
+            )
+
+    # ---- column families --------------------------------------------------------------
+
+    def cf_options(self, name: str, extra: IndexOptions | None = None) -> rd.Options:
+        """The rocksdict Options of column family ``name`` (also what SstFileWriter needs)."""
+        return self.options.cf_options(name, self._cache, extra,
+                                       prefix_extractor=is_keyed_cf(name))
+
+    def cf(self, name: str) -> Any:
+        """The rocksdict view bound to column family ``name`` (created on first use)."""
+        cf = self._cfs.get(name)
+        if cf is None:
+            db = self._require_open()
+            try:
+                cf = db.get_column_family(name)
+            except Exception:  # rocksdict: "column family not found"
+                self.require_writable(f"create column family {name!r}")
+                with _rocks.rocks_errors(self.path, f"create column family {name!r}"):
+                    cf = db.create_column_family(name, self.cf_options(name))
+            self._cfs[name] = cf
+        return cf
+
+    def handle(self, name: str) -> Any:
+        """The column-family handle for WriteBatch puts (a put without one goes to default)."""
+        h = self._handles.get(name)
+        if h is None:
+            self.cf(name)
+            h = self._handles[name] = self._require_open().get_column_family_handle(name)
+        return h
+
+    def recreate_empty(self, name: str, extra: IndexOptions) -> None:
+        """Re-create the empty column family ``name`` with ``extra`` options applied.
+
+        RocksDB cannot switch a column family's memtable factory at run time, so a
+        population driver that picks a memtable per side (hash skip list for the small
+        side) does it here, before the first write.  Refuses a non-empty family.
+        """
+        self.require_writable(f"re-create column family {name!r}")
+        with self.lock:
+            db = self._require_open()
+            # Total-order scan: with a prefix extractor and a hash memtable, a plain
+            # seek_to_first does not see unflushed rows (they would look absent).
+            if _rocks.iter_keys(self.cf(name), self.path, f"read {name}"):
+                raise SchemaMismatchError(
+                    f"column family {name!r} in {self.path} already holds data; its memtable "
+                    "can only be chosen before the first write"
+                )
+            self._cfs.pop(name, None)
+            self._handles.pop(name, None)
+            with _rocks.rocks_errors(self.path, f"re-create column family {name!r}"):
+                db.drop_column_family(name)
+                self._cfs[name] = db.create_column_family(name, self.cf_options(name, extra))
+
+    def column_families(self) -> list[str]:
+        """Names of every column family in the store."""
+        self._require_open()
+        with _rocks.rocks_errors(self.path, "list column families"):
+            return list(rd.Rdict.list_cf(str(self.path), rd.Options(raw_mode=True)))
+
+    def set_cf_options(self, cf: str, options: Mapping[str, str]) -> None:
+        """Change mutable options of family ``cf`` at run time (e.g. auto-compaction)."""
+        self.require_writable(f"set options of {cf!r}")
+        with _rocks.rocks_errors(self.path, f"set options {dict(options)} on {cf!r}"):
+            self.cf(cf).set_options(dict(options))
+
+    def compact(self, cf: str) -> None:
+        """Flush family ``cf`` and compact its whole key range (blocks until done)."""
+        self.require_writable(f"compact {cf!r}")
+        with _rocks.rocks_errors(self.path, f"compact {cf!r}"):
+            h = self.cf(cf)
+            h.flush(True)
+            h.compact_range(None, None)
+
+    def flush(self, cf: str | None = None) -> None:
+        """Flush one family's memtables, or every family's (when the WAL is off)."""
+        if self.read_only:
+            return  # nothing of ours to flush
+        names = [cf] if cf is not None else list(self._cfs)
+        with _rocks.rocks_errors(self.path, "flush memtables"):
+            for name in names:
+                self.cf(name).flush(True)
+
+    def ingest(self, cf: str, paths: Sequence[str]) -> None:
+        """Ingest sorted SST files into family ``cf`` (the files are moved, not copied)."""
+        self.require_writable(f"ingest files into {cf!r}")
+        opts = rd.IngestExternalFileOptions()
+        opts.set_move_files(True)
+        with _rocks.rocks_errors(self.path, f"ingest {len(paths)} file(s) into {cf!r}"):
+            self.cf(cf).ingest_external_file(list(paths), opts)
+
+    # ---- writes -----------------------------------------------------------------------
+
+    def write(self, wb: rd.WriteBatch) -> None:
+        """Apply a WriteBatch atomically with the store's write options."""
+        self.require_writable("write")
+        with _rocks.rocks_errors(self.path, "write a batch"):
+            self._require_open().write(wb, self._write_options)
+
+    def meta_put(self, key: bytes, value: bytes) -> None:
+        """Write one ``__meta__`` entry (catalog, phase, layout version)."""
+        self.require_writable(f"write metadata {key!r}")
+        with _rocks.rocks_errors(self.path, "write metadata"):
+            self.cf(META_CF).put(key, value, self._write_options)
+
+    def meta_get(self, key: bytes) -> bytes | None:
+        """One ``__meta__`` entry, or None."""
+        got = _rocks.multi_get(self.cf(META_CF), [key], self.path, "read metadata")
+        return got[0]
+
+    def meta_keys(self, prefix: bytes) -> list[bytes]:
+        """Every ``__meta__`` key starting with ``prefix``."""
+        return [k for k in _rocks.iter_keys(self.cf(META_CF), self.path, "read metadata")
+                if k.startswith(prefix)]
+
+    @contextlib.contextmanager
+    def wal_disabled(self) -> Iterator[None]:
+        """Write without the WAL inside the block, then flush every memtable.
+
+        For bulk loads that are restarted from scratch on failure anyway: the WAL costs a
+        write per batch and buys nothing there.  The flush on a clean exit makes the data
+        durable; the previous setting comes back either way.
+        """
+        before = self._write_options.disable_wal
+        self._write_options.disable_wal = True
+        try:
+            yield
+            if not self.closed:
+                self.flush()
+        finally:
+            self._write_options.disable_wal = before
+
+    @property
+    def wal_enabled(self) -> bool:
+        """Whether writes currently go through the WAL."""
+        return not self._write_options.disable_wal
+
+    # ---- counters and metadata --------------------------------------------------------
+
+    def _check_layout_version(self, create: bool) -> None:
+        raw = self.meta_get(LAYOUT_VERSION_KEY)
+        if raw is None and create and not self.read_only:
+            self.meta_put(LAYOUT_VERSION_KEY, str(LAYOUT_VERSION).encode())
+            return
+        if raw is None:
+            raise NotAStateStoreError(
+                f"{self.path} holds no joinstate layout version: not a state store, or one "
+                "whose creation was interrupted; choose another path"
+            )
+        if int(raw) != LAYOUT_VERSION:
+            raise StateCorruptedError(
+                f"{self.path} has state layout version {int(raw)}, this joinstate reads "
+                f"{LAYOUT_VERSION}; repopulate the state or use a matching joinstate"
+            )
+
+    def counter(self, cf: str, name: str) -> int:
+        """A per-column-family counter from ``__meta__`` (0 if never written)."""
+        key = counter_key(cf, name)
+        v = self._counters.get(key)
+        if v is None:
+            raw = self.meta_get(key)
+            v = 0 if raw is None else int.from_bytes(raw, "big", signed=True)
+            self._counters[key] = v
+        return v
+
+    def publish_counters(self, values: Mapping[bytes, int]) -> None:
+        """Make counters written by a committed transaction visible to readers."""
+        self._counters.update(values)
+
+    def catalog_get(self, join: str) -> dict[str, Any] | None:
+        """The stored spec of join ``join``, or None if the store has no such join."""
+        raw = self.meta_get(join_spec_key(join))
+        return None if raw is None else json.loads(raw)
+
+    def catalog_put(self, join: str, spec: dict[str, Any]) -> None:
+        """Store the spec of join ``join`` in the catalog."""
+        self.meta_put(join_spec_key(join), json.dumps(spec, sort_keys=True).encode())
+
+    def joins(self) -> list[str]:
+        """Names of the joins in the catalog."""
+        prefix = join_spec_prefix()
+        return [k[len(prefix):].decode() for k in self.meta_keys(prefix)]
+
+    # ---- RocksDB facts ----------------------------------------------------------------
+
+    def property_int(self, cf: str, name: str) -> int | None:
+        """An integer RocksDB property of a column family, or None if unavailable."""
+        try:
+            v = self.cf(cf).property_int_value(name)
+        except Exception:  # rocksdict raises bare Exceptions for unknown properties
+            return None
+        return None if v is None else int(v)
+
+    def statistics(self) -> str | None:
+        """RocksDB's DB-wide statistics dump (None if statistics are off)."""
+        if not self.options.statistics:
+            return None
+        stats = self._db_options.get_statistics()
+        return None if stats is None else str(stats)
+
+    def activity(self) -> dict[str, int]:
+        """Cumulative DB-wide RocksDB activity (compaction/flush/WAL bytes, stalls)."""
+        return activity_counters(self.statistics())
