@@ -32,8 +32,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
+import shutil
 import threading
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -49,9 +52,11 @@ from joinstate.errors import (
     StateReadOnlyError,
 )
 from joinstate.names import (
+    INGEST_INTENT_PREFIX,
     LAYOUT_VERSION_KEY,
     META_CF,
     counter_key,
+    ingest_intent_key,
     is_keyed_cf,
     join_spec_key,
     join_spec_prefix,
@@ -62,17 +67,35 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from types import TracebackType
 
-__all__ = ["LAYOUT_VERSION", "Database"]
+__all__ = ["LAYOUT_VERSION", "Database", "Record", "fill_records"]
 
 log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 2
 """Version of the on-disk layout (column-family naming, keys, values, commit records)."""
 
+_PENDING = "ingest-pending"
 _ENTRIES = re.compile(r"# entries=(\d+)")
 _ROCKSDB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
 _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
 _ROCKSDB_SUFFIXES = (".sst", ".log", ".blob")
+
+
+Record = tuple[bytes, bytes | None]
+"""A ``__meta__`` write: key and value (None deletes the key)."""
+
+
+def fill_records(wb: rd.WriteBatch, meta: Any, records: Sequence[Record]) -> None:
+    """Add ``__meta__`` writes to ``wb`` (``meta``: the family's handle)."""
+    for key, raw in records:
+        if raw is None:
+            wb.delete(key, meta)
+        else:
+            wb.put(key, raw, meta)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def _looks_like_rocksdb(name: str) -> bool:
@@ -179,6 +202,8 @@ class Database:
             )
         try:
             self._check_layout_version(create)
+            if not read_only:
+                self._finish_ingests()
         except BaseException:
             self.close()
             raise
@@ -334,6 +359,25 @@ class Database:
                 db.drop_column_family(name)
                 self._cfs[name] = db.create_column_family(name, self.cf_options(name, extra))
 
+    def drop_column_families(self, names: Sequence[str]) -> None:
+        """Drop column families (and all their data); absent ones are skipped."""
+        self.require_writable("drop column families")
+        with self.lock:
+            db = self._require_open()
+            present = set(self.column_families())
+            for name in names:
+                self._cfs.pop(name, None)
+                self._handles.pop(name, None)
+                if name in present:
+                    with _rocks.rocks_errors(self.path, f"drop column family {name!r}"):
+                        db.drop_column_family(name)
+
+    def forget_counters(self, cfs: Sequence[str]) -> None:
+        """Drop cached counters of families whose counters were deleted."""
+        prefixes = tuple(counter_key(cf, "") for cf in cfs)
+        for key in [k for k in self._counters if k.startswith(prefixes)]:
+            del self._counters[key]
+
     def column_families(self) -> list[str]:
         """Names of every column family in the store."""
         self._require_open()
@@ -373,11 +417,76 @@ class Database:
 
     # ---- writes -----------------------------------------------------------------------
 
-    def write(self, wb: rd.WriteBatch) -> None:
-        """Apply a WriteBatch atomically with the store's write options."""
+    def write(self, wb: rd.WriteBatch, *, durable: bool = False) -> None:
+        """Apply a WriteBatch atomically with the store's write options.
+
+        ``durable``: through the WAL even while :meth:`wal_disabled` is in force (for
+        records that must survive a crash of the process).
+        """
         self.require_writable("write")
+        options = self._write_options
+        if durable and options.disable_wal:
+            options = rd.WriteOptions()
         with _rocks.rocks_errors(self.path, "write a batch"):
-            self._require_open().write(wb, self._write_options)
+            self._require_open().write(wb, options)
+
+    def ingest_durably(self, files: Mapping[str, Sequence[str]], records: Sequence[Record]) -> None:
+        """Ingest SST files into several families and write ``records``, crash-safely.
+
+        RocksDB ingests one family at a time and cannot ingest and write a batch
+        atomically, so the ingestion is recorded first: the files are moved under
+        ``ingest-pending/`` and an intent naming them and the records is written through
+        the WAL; then each family ingests its files (moved, so an ingested file leaves
+        the pending directory); then the records are written and the intent removed, in
+        one batch.  A store opened after a crash anywhere in between finishes the job
+        (ingesting again what is still pending is harmless: the same keys with the same
+        values).  So the data and the counters describing it become durable together.
+        """
+        self.require_writable("ingest files")
+        intent = uuid.uuid4().hex
+        pending = self.path / _PENDING / intent
+        with _rocks.rocks_errors(self.path, "stage files for ingestion"):
+            pending.mkdir(parents=True)
+            moved: dict[str, list[str]] = {}
+            for cf, paths in files.items():
+                for p in paths:
+                    dest = pending / f"{len(moved.get(cf, ())):06d}-{_safe(cf)}.sst"
+                    os.replace(p, dest)
+                    moved.setdefault(cf, []).append(dest.name)
+        doc = {"files": moved, "records": [[k.hex(), None if v is None else v.hex()]
+                                           for k, v in records]}
+        wb = rd.WriteBatch(raw_mode=True)
+        wb.put(ingest_intent_key(intent), json.dumps(doc).encode(), self.handle(META_CF))
+        self.write(wb, durable=True)
+        self._complete_ingest(intent, doc)
+
+    def _complete_ingest(self, intent: str, doc: dict[str, Any]) -> None:
+        pending = self.path / _PENDING / intent
+        for cf, names in doc["files"].items():
+            paths = [str(pending / n) for n in names if (pending / n).exists()]
+            if paths:
+                self.ingest(cf, paths)
+        records: list[Record] = [(bytes.fromhex(k), None if v is None else bytes.fromhex(v))
+                                 for k, v in doc["records"]]
+        records.append((ingest_intent_key(intent), None))
+        wb = rd.WriteBatch(raw_mode=True)
+        fill_records(wb, self.handle(META_CF), records)
+        self.write(wb, durable=True)
+        shutil.rmtree(pending, ignore_errors=True)
+
+    def _finish_ingests(self) -> None:
+        """Complete ingestions a crash interrupted (see :meth:`ingest_durably`)."""
+        for key in self.meta_keys(INGEST_INTENT_PREFIX):
+            raw = self.meta_get(key)
+            if raw is None:
+                continue
+            intent = key[len(INGEST_INTENT_PREFIX):].decode()
+            log.warning("%s: completing an SST ingestion interrupted by a crash (%s)",
+                        self.path, intent)
+            self._complete_ingest(intent, json.loads(raw))
+        leftovers = self.path / _PENDING
+        if leftovers.exists() and not self.meta_keys(INGEST_INTENT_PREFIX):
+            shutil.rmtree(leftovers, ignore_errors=True)
 
     def meta_put(self, key: bytes, value: bytes) -> None:
         """Write one ``__meta__`` entry (catalog, phase, layout version)."""

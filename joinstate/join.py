@@ -33,7 +33,14 @@ from joinstate.errors import (
     StateClosedError,
 )
 from joinstate.keys import KeyCodec, key_plan
-from joinstate.names import commit_key, commit_prefix, index_cf, phase_key, source_of_join_side
+from joinstate.names import (
+    commit_key,
+    commit_prefix,
+    index_cf,
+    phase_key,
+    progress_key,
+    source_of_join_side,
+)
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
 from joinstate.transaction import Transaction
@@ -187,15 +194,16 @@ class Join:
 
     def apply(
         self, side: SideName, batch: PreparedBatch, *, commit_id: str | None = None,
-        sink: BulkSink | None = None,
+        sink: BulkSink | None = None, progress: bytes | None = None,
     ) -> pa.Table:
         """Apply a prepared batch as one transaction; see :meth:`push`.
 
         ``sink``, if given, receives the data writes (:class:`~joinstate.WriteBlock`
         per column family; a None value deletes) instead of the WriteBatch, e.g. to
         write them as sorted SST files for ingestion; counters and the commit record
-        still go through a WriteBatch after the sink returns.  If the sink raises,
-        nothing of the batch is written.
+        go to the sink with them, to be made durable together.  If the sink raises,
+        nothing of the batch is written.  ``progress`` is a driver's marker for this
+        side (:meth:`progress`), committed in the same transaction as the batch.
         """
         store = self._require_store()
         s, o = self._sides(side)
@@ -219,6 +227,8 @@ class Join:
                 out = self._output(side, s, o, batch, staged)
             if ckey is not None:
                 txn.record(ckey, _COMMIT_FORMAT + digest + _ipc_write(out))
+            if progress is not None:
+                txn.record(progress_key(self.name, side), progress)
             txn.commit(sink)
             if batch.rows:
                 s.after_write(batch)
@@ -246,6 +256,37 @@ class Join:
         if side == "right":
             return self.right, self.left
         raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+
+    def progress(self, side: SideName) -> bytes | None:
+        """The durable progress marker a driver committed with ``side``'s batches."""
+        self._sides(side)
+        return self._require_store().meta_get(progress_key(self.name, side))
+
+    def clear_progress(self) -> None:
+        """Remove both sides' progress markers (a driver does so when it finishes)."""
+        store = self._require_store()
+        with store.lock:
+            txn = Transaction(store)
+            for side in ("left", "right"):
+                txn.record(progress_key(self.name, side), None)
+            txn.commit()
+
+    def reload(self) -> None:
+        """Forget what is cached in memory (probe caches, counters) and re-read it.
+
+        For drivers whose work failed after transactions were handed to a bulk sink
+        that never made them durable: the in-memory counters ran ahead of the store.
+        """
+        store = self._require_store()
+        with store.lock:
+            for idx in (self.left, self.right):
+                idx.cache = None
+                idx.policy.side_changed()
+            store.forget_counters(self.column_families())
+
+    def column_families(self) -> tuple[str, ...]:
+        """Every column family of both sides."""
+        return self.left.column_families() + self.right.column_families()
 
     def committed(self, commit_id: str) -> bool:
         """Whether a push with ``commit_id`` has been applied."""

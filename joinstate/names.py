@@ -28,19 +28,24 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNTER_NAMES",
+    "INGEST_INTENT_PREFIX",
     "LAYOUT_VERSION_KEY",
     "META_CF",
     "commit_key",
     "commit_prefix",
     "counter_key",
+    "counter_prefix",
     "degree_cf",
     "index_cf",
+    "ingest_intent_key",
     "is_keyed_cf",
     "join_spec_key",
     "join_spec_prefix",
     "nulls_cf",
     "option_aliases",
     "phase_key",
+    "progress_key",
+    "progress_prefix",
     "source_of_join_side",
     "validate_name",
 ]
@@ -135,6 +140,30 @@ def commit_key(owner: str, commit_id: str) -> bytes:
     return commit_prefix(owner) + commit_id.encode()
 
 
+def progress_key(join: str, side: str) -> bytes:
+    """A population progress marker of one side of join ``join`` (owned by the driver)."""
+    return b"progress\x00" + join.encode() + b"\x00" + side.encode()
+
+
+def progress_prefix(join: str) -> bytes:
+    """Prefix of every progress marker of join ``join``."""
+    return b"progress\x00" + join.encode() + b"\x00"
+
+
+INGEST_INTENT_PREFIX = b"ingest\x00"
+"""Prefix of the records of SST ingestions in flight (see ``Database.ingest_durably``)."""
+
+
+def ingest_intent_key(intent: str) -> bytes:
+    """The record of one SST ingestion in flight."""
+    return INGEST_INTENT_PREFIX + intent.encode()
+
+
+def counter_prefix(cf: str) -> bytes:
+    """Prefix of every counter of column family ``cf``."""
+    return b"stat\x00" + cf.encode() + b"\x00"
+
+
 def counter_key(cf: str, name: str) -> bytes:
     """The counter ``name`` (one of :data:`COUNTER_NAMES`) of column family ``cf``."""
-    return b"stat\x00" + cf.encode() + b"\x00" + name.encode()
+    return counter_prefix(cf) + name.encode()

@@ -13,7 +13,14 @@ from joinstate import _rocks
 from joinstate.db import LAYOUT_VERSION, Database
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError
 from joinstate.join import Join
-from joinstate.names import validate_name
+from joinstate.names import (
+    commit_prefix,
+    counter_prefix,
+    join_spec_key,
+    phase_key,
+    progress_prefix,
+    validate_name,
+)
 from joinstate.side import Side
 from joinstate.transaction import Transaction
 
@@ -83,6 +90,29 @@ class StateStore(Database):
                 return existing
             self._joins[name] = j
             return j
+
+    def drop_join(self, name: str) -> None:
+        """Delete join ``name`` and all of its state (irreversible).
+
+        Indexes, catalog entry, phase, progress markers, commit records and counters all
+        go.  The remedy for an interrupted population that should not be resumed.
+        """
+        self.require_writable(f"drop join {name!r}")
+        with self.lock:
+            join = self._attach(name)
+            cfs = join.column_families()
+            join.detach()
+            self._joins.pop(name, None)
+            keys = [join_spec_key(name), phase_key(name)]
+            keys += self.meta_keys(progress_prefix(name)) + self.meta_keys(commit_prefix(name))
+            for cf in cfs:
+                keys += self.meta_keys(counter_prefix(cf))
+            self.drop_column_families(cfs)
+            txn = Transaction(self)
+            for key in keys:
+                txn.record(key, None)
+            txn.commit()
+            self.forget_counters(cfs)
 
     def _attach(self, name: str) -> Join:
         existing = self._joins.get(name)

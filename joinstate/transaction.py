@@ -7,9 +7,11 @@ lets validation (over-retraction, unique keys, weight overflow, commit conflicts
 before anything reaches RocksDB, and it is what lets one push span several indexes (a
 pipeline source feeding several operators).
 
-A bulk loader may take the data writes instead (``commit(sink=...)``), e.g. to write
-them as sorted SST files for ingestion; the counters and records are then still written
-through a ``WriteBatch`` after the sink returns.
+A bulk loader may take the writes instead (``commit(sink=...)``), e.g. to write them as
+sorted SST files for ingestion: the sink gets the data blocks *and* the ``__meta__``
+records (counters, progress markers, commit records) that describe them, and must make
+both durable together (:meth:`joinstate.Database.ingest_durably` does), so that counters
+never run ahead of, or behind, the data they count.
 
 Status machine: ``open`` -> ``committed`` | ``failed``.  A transaction is used once.
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 import rocksdict as rd
 
 from joinstate._zset import checked_int
+from joinstate.db import Record, fill_records
 from joinstate.errors import JoinStateError
 from joinstate.names import META_CF, counter_key
 
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
 
     from joinstate.db import Database
 
-__all__ = ["BulkSink", "Transaction", "WriteBlock"]
+__all__ = ["BulkSink", "Record", "Transaction", "WriteBlock"]
 
 _BLOCK_ROWS = 4096
 
@@ -43,20 +46,22 @@ class WriteBlock(NamedTuple):
 
 
 class BulkSink(Protocol):
-    """Takes a transaction's data writes instead of a ``WriteBatch`` (bulk loading).
+    """Takes a transaction's writes instead of a ``WriteBatch`` (bulk loading).
 
-    Called before anything else of the transaction is written; raising refuses the
-    writes, and then nothing of the transaction is written at all.
+    ``records`` are the ``__meta__`` writes that describe ``blocks`` (absolute counter
+    values, markers); the sink makes them durable together with the blocks, later
+    writes of a key superseding earlier ones.  Raising refuses the transaction: then
+    nothing of it is kept and the counters do not change.
     """
 
-    def __call__(self, blocks: Sequence[WriteBlock]) -> None:
-        """Keep ``blocks`` (they become visible when the sink makes them so)."""
+    def __call__(self, blocks: Sequence[WriteBlock], records: Sequence[Record]) -> None:
+        """Keep ``blocks`` and ``records`` until they are made durable together."""
 
 
 class Transaction:
     """Staged writes per column family, counter deltas and ``__meta__`` records.
 
-    Obtain one from :meth:`Database.transaction`; stage with :meth:`put_many`,
+    Obtain one from :meth:`joinstate.StateStore.transaction`; stage with :meth:`put_many`,
     :meth:`put`, :meth:`delete`, :meth:`add` and :meth:`record`; then :meth:`commit`.
     """
 
@@ -66,7 +71,7 @@ class Transaction:
         self.store = store
         self.blocks: list[WriteBlock] = []
         self._counters: dict[tuple[str, str], int] = {}
-        self._records: list[tuple[bytes, bytes | None]] = []
+        self._records: list[Record] = []
         self.state: Literal["open", "committed", "failed"] = "open"
 
     # ---- staging ----------------------------------------------------------------------
@@ -111,12 +116,32 @@ class Transaction:
 
     # ---- commit -----------------------------------------------------------------------
 
+    def _write_batch(self, records: Sequence[Record]) -> rd.WriteBatch:
+        store = self.store
+        wb = rd.WriteBatch(raw_mode=True)
+        for cf, keys, values in self.blocks:
+            # Always name the family's handle: a WriteBatch put without one goes to the
+            # default family.
+            h = store.handle(cf)
+            if None in values:
+                for k, v in zip(keys, values, strict=True):
+                    if v is None:
+                        wb.delete(k, h)
+                    else:
+                        wb.put(k, v, h)
+            else:
+                put = wb.put
+                for k, v in zip(keys, values, strict=True):
+                    put(k, v, h)
+        fill_records(wb, store.handle(META_CF), records)
+        return wb
+
     def commit(self, sink: BulkSink | None = None) -> None:
         """Write everything staged, atomically; publish the new counters on success.
 
         Counters are checked against the int64 range before anything is written
-        (:class:`~joinstate.errors.WeightOverflowError`).  With ``sink``, the data writes
-        go to the sink first (it may refuse by raising), then counters and records.
+        (:class:`~joinstate.errors.WeightOverflowError`).  With ``sink``, the data blocks
+        and the ``__meta__`` records go to the sink instead (see :class:`BulkSink`).
         """
         if self.state != "open":
             msg = f"transaction already {self.state}"
@@ -127,36 +152,17 @@ class Transaction:
             for (cf, name), delta in self._counters.items():
                 value = store.counter(cf, name) + delta
                 new[counter_key(cf, name)] = checked_int(value, f"counter {name!r} of {cf}")
+            records: list[Record] = [
+                (key, value.to_bytes(8, "big", signed=True)) for key, value in new.items()
+            ]
+            records += self._records
             if sink is not None:
-                sink(self.blocks)
-            wb = rd.WriteBatch(raw_mode=True)
-            if sink is None:
-                for cf, keys, values in self.blocks:
-                    # Always name the family's handle: a WriteBatch put without one goes
-                    # to the default family.
-                    h = store.handle(cf)
-                    if None in values:
-                        for k, v in zip(keys, values, strict=True):
-                            if v is None:
-                                wb.delete(k, h)
-                            else:
-                                wb.put(k, v, h)
-                    else:
-                        put = wb.put
-                        for k, v in zip(keys, values, strict=True):
-                            put(k, v, h)
-            if new or self._records:
-                meta = store.handle(META_CF)
-                for key, value in new.items():
-                    wb.put(key, value.to_bytes(8, "big", signed=True), meta)
-                for key, raw in self._records:
-                    if raw is None:
-                        wb.delete(key, meta)
-                    else:
-                        wb.put(key, raw, meta)
-            store.write(wb)
+                sink(self.blocks, records)
+            else:
+                store.write(self._write_batch(records))
         except BaseException:
             self.state = "failed"
             raise
         store.publish_counters(new)
         self.state = "committed"
+

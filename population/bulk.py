@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from joinstate import BulkSink, Database, WriteBlock
+    from joinstate.transaction import Record
 
 __all__ = ["SstIngester"]
 
@@ -46,6 +47,7 @@ class SstIngester:
         self.run_rows = run_rows
         self.tmp = Path(store.path) / "population-sst"
         self.pending: dict[str, dict[str, tuple[list[bytes], list[bytes | None]]]] = {}
+        self.records: dict[str, dict[bytes, bytes | None]] = {}
         self.pending_rows: dict[str, int] = {}
         self.files: dict[str, int] = {}
         self.rows: dict[str, int] = {}
@@ -60,7 +62,7 @@ class SstIngester:
         and the caller can redo the batch through a normal WriteBatch.
         """
 
-        def collect(blocks: Sequence[WriteBlock]) -> None:
+        def collect(blocks: Sequence[WriteBlock], records: Sequence[Record]) -> None:
             for block in blocks:
                 if None in block.values:
                     raise BulkLoadRefused(
@@ -75,6 +77,7 @@ class SstIngester:
                 got[1].extend(block.values)
                 n += len(block.keys)
             self.pending_rows[side] = self.pending_rows.get(side, 0) + n
+            self.records.setdefault(side, {}).update(records)
 
         return collect
 
@@ -90,10 +93,12 @@ class SstIngester:
     def ingest(self, side: str) -> None:
         """Sort ``side``'s pending writes per column family, write SST files, ingest them."""
         per_cf = self.pending.pop(side, None)
+        records = self.records.pop(side, {})
         self.pending_rows[side] = 0
         if not per_cf:
             return
         self.tmp.mkdir(exist_ok=True)
+        files: dict[str, list[str]] = {}
         for cf, (keys, values) in per_cf.items():
             if not keys:
                 continue
@@ -106,11 +111,14 @@ class SstIngester:
                 writer[keys[i]] = values[i]
             writer.finish()
             size = path.stat().st_size
-            self.store.ingest(cf, [str(path)])
+            files[cf] = [str(path)]
             self.bytes += size
             self.files[side] = self.files.get(side, 0) + 1
             self.rows[side] = self.rows.get(side, 0) + len(keys)
-            log.debug("ingested %d rows (%d bytes) into %s", len(keys), size, cf)
+            log.debug("ingesting %d rows (%d bytes) into %s", len(keys), size, cf)
+        # The files and the counters/markers of the batches they hold become durable
+        # together (an interrupted ingestion is completed when the store is reopened).
+        self.store.ingest_durably(files, list(records.items()))
 
     def ingest_all(self) -> None:
         """Ingest every side's pending writes."""
@@ -118,9 +126,14 @@ class SstIngester:
             self.ingest(side)
 
     def discard(self) -> None:
-        """Drop pending writes and temporary files (failure path)."""
+        """Drop pending writes and temporary files (failure path).
+
+        The counters of the dropped batches were never made durable; the caller reloads
+        the join so that its in-memory counters match the store again.
+        """
         self.pending.clear()
         self.pending_rows.clear()
+        self.records.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

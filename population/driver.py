@@ -373,6 +373,7 @@ def populate(
                 if failed:
                     if run.ingester is not None:
                         run.ingester.discard()
+                        join.reload()
                     try:
                         run.dispatch(PopulationEnded(failed=True))
                     except Exception:
