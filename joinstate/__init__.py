@@ -13,6 +13,7 @@ Importing this package never imports pyspark.
 from joinstate.batch import PreparedBatch
 from joinstate.db import Database
 from joinstate.errors import (
+    BulkWriteRefused,
     CommitConflictError,
     JoinSpecMismatchError,
     JoinStateError,
@@ -39,6 +40,7 @@ from joinstate.views import IndexInfo
 __all__ = [
     "WEIGHT",
     "BulkSink",
+    "BulkWriteRefused",
     "CommitConflictError",
     "Database",
     "How",

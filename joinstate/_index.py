@@ -95,6 +95,7 @@ class Index:
             data_column_families=(self.cf, self.cf_nulls), layout=self.side.layout,
             tracks_degree=self.track_degree,
             appends_blindly=self.side.layout == "bag" and not self.track_degree,
+            bulk_loadable=not self.track_degree,
             rows=self.rows, entries=self.entries,
         )
 

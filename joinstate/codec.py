@@ -7,10 +7,21 @@ Layout of one encoded row (all integers little-endian, Arrow's own byte order)::
 
 NULL fields are zero-filled, so equal rows always encode to equal bytes: the encoding
 doubles as the row's identity (consolidation and the bag layout's row hash rely on it).
+
 Encoding and decoding never loop over rows in Python: fixed fields are numpy matrix
 columns, variable fields are joined by Arrow's ``binary_join_element_wise`` and split
 again by one numpy gather (Feldera abandoned a RocksDB prototype over per-row
 deserialisation cost; this is what avoids it).
+
+Floats are stored canonicalised: ``-0.0`` becomes ``0.0`` and every NaN (any sign or
+payload) becomes the one quiet NaN numpy and Java produce (``0x7FF8000000000000`` for
+float64, ``0x7FC00000`` for float32), so a stored ``-0.0`` reads back as ``0.0``.  Row
+identity must equal SQL equality, as the join keys already do (``joinstate.keys``):
+Spark normalises ``-0.0`` and NaN for joins and grouping (``NormalizeFloatingNumbers``),
+so a row inserted as ``-0.0`` must be retractable as ``0.0``.  Checked on Spark 4.3
+``local[1]``: inner joins (sort-merge, broadcast and shuffled hash) match a ``-0.0`` key
+with ``0.0`` and NaN with NaN (any payload or sign), and ``groupBy`` puts ``-0.0`` with
+``0.0`` and every NaN in one group whose key comes out as ``0.0`` / ``0x7FF8000000000000``.
 """
 
 from __future__ import annotations
@@ -63,10 +74,40 @@ def _fixed_matrix(arr: pa.Array, width: int, valid: np.ndarray | None) -> np.nda
     buf = arr.buffers()[1]
     start = arr.offset * width
     mat = np.frombuffer(buf, dtype=np.uint8)[start : start + n * width].reshape(n, width)
+    owned = False
+    if pa.types.is_floating(arr.type):
+        mat, owned = _canonical_floats(mat, width)
     if valid is not None:
-        mat = mat.copy()
+        if not owned:
+            mat = mat.copy()  # never write into the caller's Arrow buffer
         mat[~valid] = 0
     return mat
+
+
+_CANONICAL_NAN: dict[int, np.ndarray] = {
+    8: np.array([np.nan], dtype="<f8"), 4: np.array([np.nan], dtype="<f4"),
+}
+
+
+def _canonical_floats(mat: np.ndarray, width: int) -> tuple[np.ndarray, bool]:
+    """``mat`` (n rows of ``width``-byte floats) with -0.0 and NaNs canonical.
+
+    ``v == 0`` is true for both zeros, so assigning ``+0.0`` there folds ``-0.0``; every
+    NaN gets numpy's one quiet NaN (positive sign, no payload).  Copied only when a row
+    changes; the flag says whether the result is a fresh array.
+    """
+    v = mat.view(f"<f{width}").reshape(len(mat))
+    zero = v == 0
+    nan = np.isnan(v)
+    fix = (zero & np.signbit(v)) | nan
+    if nan.any():
+        fix[nan] = v[nan].view(f"<u{width}") != _CANONICAL_NAN[width].view(f"<u{width}")[0]
+    if not fix.any():
+        return mat, False
+    out = v.copy()
+    out[zero] = 0.0
+    out[nan] = _CANONICAL_NAN[width][0]
+    return out.view(np.uint8).reshape(len(mat), width), True
 
 
 class RowCodec:

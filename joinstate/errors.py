@@ -9,6 +9,7 @@ still behaves sensibly.
 from __future__ import annotations
 
 __all__ = [
+    "BulkWriteRefused",
     "CommitConflictError",
     "JoinSpecMismatchError",
     "JoinStateError",
@@ -93,4 +94,13 @@ class NotAStateStoreError(JoinStateError, FileExistsError):
     Raised for a regular file (or a path under one), a non-empty directory that holds
     something other than a joinstate store, and RocksDB files without a ``CURRENT``
     file (a damaged database, which opening would silently replace by an empty one).
+    """
+
+
+class BulkWriteRefused(JoinStateError, RuntimeError):
+    """A batch cannot go to a bulk (SST) sink: staging it had to read stored state.
+
+    Retractions, degree updates and unique keys that may already be stored are checked
+    by reading RocksDB, which cannot see writes still pending in a sink.  Nothing was
+    written; make pending writes visible (ingest them), then apply without the sink.
     """

@@ -27,6 +27,7 @@ from joinstate._zset import checked_mul, checked_sum_by, expand
 from joinstate.activity import auto_compaction_flags
 from joinstate.catalog import spec_diff
 from joinstate.errors import (
+    BulkWriteRefused,
     CommitConflictError,
     JoinSpecMismatchError,
     SchemaMismatchError,
@@ -229,6 +230,12 @@ class Join:
                 txn.record(ckey, _COMMIT_FORMAT + digest + _ipc_write(out))
             if progress is not None:
                 txn.record(progress_key(self.name, side), progress)
+            if sink is not None and txn.read_state:
+                raise BulkWriteRefused(
+                    f"join {self.name!r}, {side} side: the batch retracts rows or may repeat "
+                    "stored unique keys, so it was checked by reading the index; it cannot "
+                    "be bulk-written; nothing was written"
+                )
             txn.commit(sink)
             if batch.rows:
                 s.after_write(batch)
@@ -279,10 +286,11 @@ class Join:
         """
         store = self._require_store()
         with store.lock:
+            store.forget_counters(self.column_families())
             for idx in (self.left, self.right):
                 idx.cache = None
                 idx.policy.side_changed()
-            store.forget_counters(self.column_families())
+                idx.layout.reset()
 
     def column_families(self) -> tuple[str, ...]:
         """Every column family of both sides."""

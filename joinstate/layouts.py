@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate._probe import COST_GET_US, COST_ROW_US, COST_SEEK_US, Entries
+from joinstate._keyset import HashSet64, hash64
+from joinstate._probe import COST_GET_US, COST_ROW_US, COST_SCAN_US, COST_SEEK_US, Entries
 from joinstate._zset import checked_int, checked_sum, group_keys, sum_by
 from joinstate.errors import (
     OverRetractionError,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LAYOUTS", "BagLayout", "KeyLayout", "RowLayout", "UniqueLayout", "describe_key"]
 
+COST_UNIQUE_READ_US = 2.0
+"""Estimated µs per row of checking a unique key by multi-get (read, compare, group)."""
 _SEQ_BYTES = 8  # batch sequence, big-endian so entries of one row sort by batch
 _RH_BYTES = 16  # xxh3_128 of the encoded row
 
@@ -123,6 +126,9 @@ class RowLayout:
     def check_within(self, batch: PreparedBatch) -> None:
         """Reject a batch that by itself breaks the layout's promise (default: none)."""
 
+    def reset(self) -> None:
+        """Forget in-memory state derived from the store (after a failed bulk write)."""
+
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
         txn: Transaction,
@@ -178,23 +184,69 @@ class RowLayout:
 
 
 class _UniqueBase(RowLayout):
-    """Shared staging of the two unique layouts (read, check, write)."""
+    """Shared staging of the two unique layouts: at most one row per RocksDB key.
+
+    Uniqueness is checked against an in-memory set of the hashes of every stored key
+    (:class:`~joinstate._keyset.HashSet64`) when the index has one: a batch of new
+    single-copy rows whose hashes are all absent is written blindly, like bag appends.
+    Otherwise (retractions, a hash that is present, no set yet) the keys are read with
+    one multi-get.  The set exists from the start for an index that starts empty (the
+    usual case in population), and is built by one scan of the index once the reads it
+    would have saved reach the scan's price (ski rental, as for the probe cache).
+    """
 
     unique_key: list[str]
+    keyset: HashSet64 | None
+    _rent_us: float
 
-    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
-        bytes
+    def reset(self) -> None:
+        """Rebuild the key set from the durable counters."""
+        self.init_keyset(self.store.counter(self.cf, "entries"))
+
+    def init_keyset(self, entries: int) -> None:
+        """Start the key set: empty and exact for an empty index, else built on demand."""
+        self.keyset = HashSet64() if entries == 0 else None
+        self._rent_us = 0.0
+
+    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
+        Bytes, np.ndarray
     ]:
-        """The RocksDB key of each row."""
+        """The RocksDB key of each row, and its 64-bit hash for the key set."""
         raise NotImplementedError
+
+    def stored_hashes(self) -> np.ndarray:
+        """The key-set hash of every stored row (one scan of the index)."""
+        raise NotImplementedError
+
+    def _keyset_for(self, n: int) -> HashSet64 | None:
+        if self.keyset is None:
+            entries = max(self.store.counter(self.cf, "entries"), 0)
+            self._rent_us += n * COST_UNIQUE_READ_US
+            if entries <= self.store.options.unique_filter_max_rows and \
+                    self._rent_us >= entries * COST_SCAN_US:
+                keyset = HashSet64()
+                keyset.add(self.stored_hashes())
+                self.keyset = keyset
+        return self.keyset
 
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
         txn: Transaction,
     ) -> None:
-        """Append inserts blindly; read, check and consolidate the retracted rows."""
-        skeys = self.store_keys(batch, rows, group_prefix)
+        """Check the declared key and stage the writes (blindly when the key set allows)."""
+        skeys_b, h = self.store_keys(batch, rows, group_prefix)
         w = batch.w[rows]
+        keyset = self._keyset_for(len(rows)) if (w == 1).all() else self.keyset
+        if keyset is not None and (w == 1).all() and len(np.unique(h)) == len(h) \
+                and not keyset.contains(h).any():
+            n = len(rows)
+            txn.put_many(self.cf, skeys_b.to_list(), batch.enc.take(rows).to_list())
+            txn.add(self.cf, "rows", n)
+            txn.add(self.cf, "entries", n)
+            txn.after_commit(lambda: keyset.add(h))
+            return
+        txn.note_read()
+        skeys = skeys_b.to_list()
         firsts: dict[bytes, int] = {}
         inv = np.fromiter((firsts.setdefault(k, len(firsts)) for k in skeys), np.int64, len(skeys))
         gkeys = list(firsts)
@@ -234,6 +286,9 @@ class _UniqueBase(RowLayout):
         txn.add(self.cf, "rows", checked_sum(w, f"rows of {self.cf}"))
         txn.add(self.cf, "entries",
                 int((~present[inv[put_rows]]).sum()) - int(gone.sum()))
+        if keyset is not None:
+            added = h[put_rows]
+            txn.after_commit(lambda: keyset.add(added))
 
 
 class KeyLayout(_UniqueBase):
@@ -247,6 +302,7 @@ class KeyLayout(_UniqueBase):
     ) -> None:
         super().__init__(store, cf, side, key, key_codec, row_codec)
         self.unique_key = list(unique_key)
+        self.init_keyset(store.counter(cf, "entries"))
 
     @classmethod
     def for_side(
@@ -256,11 +312,19 @@ class KeyLayout(_UniqueBase):
         """The key layout of ``side`` (its unique key is within its join key)."""
         return cls(store, cf, label, side.key, key_codec, row_codec, side.unique_key or ())
 
-    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
-        bytes
+    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
+        Bytes, np.ndarray
     ]:
-        """The RocksDB key of each row (see the module docstring)."""
-        return group_prefix.to_list()
+        """Prefix + canon; the key set holds the join key's xxh3 (the prefix)."""
+        return group_prefix, batch.khash[rows]
+
+    def stored_hashes(self) -> np.ndarray:
+        """The 8-byte prefixes of the stored keys."""
+        keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
+        if not keys:
+            return np.zeros(0, np.uint64)
+        heads = b"".join(k[:8] for k in keys)
+        return np.frombuffer(heads, dtype=">u8").astype(np.uint64)
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
         """Stored entries whose join key is one of the (distinct) query keys."""
@@ -293,6 +357,7 @@ class UniqueLayout(_UniqueBase):
         super().__init__(store, cf, side, key, key_codec, row_codec)
         self.unique_key = list(unique_key)
         self.unique_codec = unique_codec
+        self.init_keyset(store.counter(cf, "entries"))
 
     @classmethod
     def for_side(
@@ -304,12 +369,19 @@ class UniqueLayout(_UniqueBase):
         return cls(store, cf, label, side.key, key_codec, row_codec, uk,
                    KeyCodec(uk, single_plan(side.schema, uk), label))
 
-    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> list[
-        bytes
+    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
+        Bytes, np.ndarray
     ]:
-        """The RocksDB key of each row (see the module docstring)."""
+        """Prefix + canon + canon(unique key); hashed together for the key set."""
         ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(rows)))
-        return Bytes.concat_rows([group_prefix, ucanon]).to_list()
+        return Bytes.concat_rows([group_prefix, ucanon]), hash64(ucanon, batch.khash[rows])
+
+    def stored_hashes(self) -> np.ndarray:
+        """Re-encode the stored rows' keys (one scan and decode of the index)."""
+        rows, _, _ = self.scan()
+        canon, _ = self.key_codec.encode(rows)
+        ucanon, _ = self.unique_codec.encode(rows)
+        return hash64(ucanon, hash_prefix(canon))
 
     def check_within(self, batch: PreparedBatch) -> None:
         """Reject two rows (or two copies of one row) with one unique key in a batch.
@@ -331,7 +403,7 @@ class UniqueLayout(_UniqueBase):
         if not len(ins):
             return
         ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(ins)))
-        groups = group_keys(hash_prefix(ucanon), ucanon)
+        groups = group_keys(hash64(ucanon), ucanon)
         twice = np.flatnonzero(batch.w[ins] > 1)
         if len(groups) < len(ins) or len(twice):
             if len(twice):

@@ -103,6 +103,7 @@ class StoreOptions:
     statistics: bool = True
     probe_cache_max_rows: int = 2_000_000
     probe: ProbeMode = "auto"
+    unique_filter_max_rows: int = 50_000_000
     index_overrides: Mapping[str, IndexOptions] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -115,6 +116,9 @@ class StoreOptions:
         problems += _problems_for_size("max_background_jobs", self.max_background_jobs, 1, 64)
         problems += _problems_for_size(
             "probe_cache_max_rows", self.probe_cache_max_rows, 0, 1 << 40
+        )
+        problems += _problems_for_size(
+            "unique_filter_max_rows", self.unique_filter_max_rows, 0, 1 << 40
         )
         if self.compression not in _COMPRESSIONS:
             problems.append(f"compression={self.compression!r} must be one of {_COMPRESSIONS}")

@@ -28,7 +28,7 @@ from joinstate.errors import JoinStateError
 from joinstate.names import META_CF, counter_key
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from joinstate.db import Database
 
@@ -65,7 +65,7 @@ class Transaction:
     :meth:`put`, :meth:`delete`, :meth:`add` and :meth:`record`; then :meth:`commit`.
     """
 
-    __slots__ = ("_counters", "_records", "blocks", "state", "store")
+    __slots__ = ("_after", "_counters", "_records", "blocks", "read_state", "state", "store")
 
     def __init__(self, store: Database) -> None:
         self.store = store
@@ -73,6 +73,8 @@ class Transaction:
         self._counters: dict[tuple[str, str], int] = {}
         self._records: list[Record] = []
         self.state: Literal["open", "committed", "failed"] = "open"
+        self.read_state = False
+        self._after: list[Callable[[], object]] = []
 
     # ---- staging ----------------------------------------------------------------------
 
@@ -103,6 +105,18 @@ class Transaction:
     def record(self, key: bytes, value: bytes | None) -> None:
         """Stage a ``__meta__`` record (a commit record, a phase); None deletes it."""
         self._records.append((key, value))
+
+    def note_read(self) -> None:
+        """Record that staging read stored state.
+
+        A bulk sink cannot take such a transaction: writes still pending in the sink
+        are invisible to reads, so the check could have missed them.
+        """
+        self.read_state = True
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the transaction has committed (in-memory bookkeeping)."""
+        self._after.append(fn)
 
     @property
     def writes(self) -> int:
@@ -165,4 +179,6 @@ class Transaction:
             raise
         store.publish_counters(new)
         self.state = "committed"
+        for fn in self._after:
+            fn()
 

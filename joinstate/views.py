@@ -21,8 +21,10 @@ __all__ = ["IndexInfo"]
 class IndexInfo:
     """What a driver may know about one index (a join side's rows by join key).
 
-    ``appends_blindly``: inserts never read state (bag layout, no degree family), so
-    the index's batches may be written by a bulk (SST) sink.  ``rows`` and ``entries``
+    ``appends_blindly``: inserts never read state (bag layout, no degree family).
+    ``bulk_loadable``: batches may be offered to a bulk (SST) sink (no degree family);
+    a batch whose staging has to read (retractions, unique keys that may be stored) is
+    refused with :class:`~joinstate.errors.BulkWriteRefused`.  ``rows`` and ``entries``
     are the counters at the time the view was taken.
     """
 
@@ -33,5 +35,6 @@ class IndexInfo:
     layout: Layout
     tracks_degree: bool
     appends_blindly: bool
+    bulk_loadable: bool
     rows: int
     entries: int

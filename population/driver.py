@@ -100,7 +100,7 @@ class _Run:
         self.control.small = small
         self.policies = _policies(strategy)
         self.ingester = SstIngester(store, strategy.bulk_run_rows) if strategy.bulk else None
-        self.bulk_sides = {s for s in SIDES if strategy.bulk and indexes[s].appends_blindly}
+        self.bulk_sides = {s for s in SIDES if strategy.bulk and indexes[s].bulk_loadable}
         self.t0 = time.perf_counter()
         self.proc = psutil.Process()
         self.rss_start = self.proc.memory_info().rss
@@ -339,7 +339,7 @@ def populate(
         big: SideName = "right" if small == "left" else "left"
         strat = choose(
             known, {s: sources[s].snapshot for s in SIDES},
-            append_only_big=join.index(big).appends_blindly,
+            append_only_big=join.index(big).bulk_loadable,
         )
         if known[big] is None and small_from == "counted":
             strat = strat.replace(reason=strat.reason + f" ({small} side counted smaller)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from joinstate import JoinStateError
+from joinstate import BulkWriteRefused, JoinStateError
 
 __all__ = ["BulkLoadRefused", "PopulationError"]
 
@@ -11,5 +11,7 @@ class PopulationError(JoinStateError, ValueError):
     """Population was asked for something it cannot do; the message names the argument."""
 
 
-class BulkLoadRefused(JoinStateError, RuntimeError):
-    """A batch cannot be bulk-loaded (it deletes); the driver falls back to a normal write."""
+BulkLoadRefused = BulkWriteRefused
+"""A batch cannot be bulk-loaded (it reads state: deletes, possibly repeated unique keys);
+the driver makes pending writes visible and falls back to a normal write.  The core's
+:class:`joinstate.BulkWriteRefused`, under the name population has always used."""
