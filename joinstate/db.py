@@ -172,7 +172,10 @@ class Database:
         self._handles: dict[str, Any] = {}
         self._counters: dict[bytes, int] = {}
         self._db: Any = None
-        create = _check_path(self.path, read_only)
+        try:
+            create = _check_path(self.path, read_only)
+        except OSError as exc:
+            raise _rocks.translate(exc, self.path, "open the state store") from exc
         self._db_options = self.options.db_options(create=create)
         existing: list[str] = []
         if not create:
@@ -209,17 +212,17 @@ class Database:
             raise
 
     def _check_counts(self, existing: Sequence[str]) -> None:
-        """Refuse a store whose files hold fewer entries than its counters record.
+        """Refuse a store whose files no longer hold what its metadata records.
 
         A damaged (e.g. truncated) MANIFEST makes RocksDB open the database with only the
         files it still lists, and delete the others as obsolete: rows would vanish
-        silently.  Every live key has at least one physical entry, so the entries in a
-        family's files and memtables can never be fewer than its ``entries`` counter.
-        The check runs on a read-only open first (which deletes nothing), from table
-        properties: no data block is read.
+        silently.  So before the read-write open, a read-only open (which deletes
+        nothing) checks what is cheap to check: the layout version every store writes
+        at creation is there, and no family holds fewer physical entries (files plus
+        memtables, from table properties: no data block is read) than its ``entries``
+        counter records — every live key has at least one.
         """
-        names = [n for n in existing if is_keyed_cf(n) or n.endswith(".nulls")]
-        if not names or not any(self.path.glob("*.sst")):
+        if not any(self.path.glob("*.sst")):
             return
         cfs = {n: self.cf_options(n) for n in existing if n != "default"}
         with _rocks.rocks_errors(self.path, "open the state store"):
@@ -228,7 +231,15 @@ class Database:
         try:
             with _rocks.rocks_errors(self.path, "check the state store's files"):
                 meta = db.get_column_family(META_CF)
-                for name in names:
+                if meta.get(LAYOUT_VERSION_KEY) is None:
+                    raise StateCorruptedError(
+                        f"{self.path}: the state store's metadata lost its layout version: "
+                        "files are missing from the database (a damaged MANIFEST?). Nothing "
+                        "was changed; restore the directory from a copy or repopulate"
+                    )
+                for name in existing:
+                    if not (is_keyed_cf(name) or name.endswith(".nulls")):
+                        continue
                     raw = meta.get(counter_key(name, "entries"))
                     want = 0 if raw is None else int.from_bytes(raw, "big", signed=True)
                     if want <= 0:
