@@ -42,60 +42,114 @@ class Entries:
     q: np.ndarray
 
 
-class ProbeCache:
-    """The whole side as Arrow, sorted by key hash: an in-memory hash-join build side.
+class _Segment:
+    """Rows of the side sorted by key hash (one run of the cache)."""
 
-    Asymmetry makes this affordable: the small side of a join fits in memory, and
-    probing it with numpy ``searchsorted`` costs ~0.1 µs per row against ~5 µs for a
-    RocksDB get from Python.  It is kept coherent by applying every consolidated delta of
-    its side (see :meth:`apply`).
-    """
+    __slots__ = ("canon", "enc", "rh", "rows", "sorted_hash", "w")
 
-    def __init__(
-        self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
-        khash: np.ndarray,
-    ) -> None:
+    def __init__(self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
+                 khash: np.ndarray) -> None:
         order = np.argsort(khash, kind="stable")
-        self.rows = rows
-        self.w = w
-        self.rh = rh
-        self.enc = enc
-        self.canon = canon
-        self.khash = khash
-        self.order = order
-        self.sorted_hash = khash[order]
+        if len(order) and not (order == np.arange(len(order))).all():
+            rows, w = rows.take(pa.array(order)), w[order]
+            rh, enc, canon, khash = rh.take(order), enc.take(order), canon.take(order), \
+                khash[order]
+        self.rows, self.w, self.rh, self.enc, self.canon = rows, w, rh, enc, canon
+        self.sorted_hash = khash
 
     def __len__(self) -> int:
         return len(self.w)
 
-    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of matching rows and the query each matches."""
         lo = np.searchsorted(self.sorted_hash, qhash, side="left")
         hi = np.searchsorted(self.sorted_hash, qhash, side="right")
         cnt = (hi - lo).astype(np.int64)
         total = int(cnt.sum())
         q = np.repeat(np.arange(len(qhash), dtype=np.int64), cnt)
         first_out = np.cumsum(cnt) - cnt
-        pos = np.repeat(lo - first_out, cnt) + np.arange(total, dtype=np.int64)
-        e = self.order[pos]
-        ok = qcanon.take(q).equals(self.canon.take(e)) if total else np.zeros(0, bool)
-        if not ok.all():
-            e, q = e[ok], q[ok]
-        return Entries(self.rows.take(pa.array(e)), self.w[e], q)
+        e = np.repeat(lo - first_out, cnt) + np.arange(total, dtype=np.int64)
+        if total:
+            ok = qcanon.take(q).equals(self.canon.take(e))
+            if not ok.all():
+                e, q = e[ok], q[ok]
+        return e, q
+
+    @staticmethod
+    def merge(segments: list[_Segment]) -> _Segment:
+        """One consolidated segment holding the rows of ``segments``."""
+        rows = pa.concat_tables([s.rows for s in segments])
+        w = np.concatenate([s.w for s in segments])
+        rh = Bytes.concat([s.rh for s in segments])
+        enc = Bytes.concat([s.enc for s in segments])
+        canon = Bytes.concat([s.canon for s in segments])
+        khash = np.concatenate([s.sorted_hash for s in segments])
+        live, sums = consolidate(rh, enc, w, "probe cache weight")
+        return _Segment(rows.take(pa.array(live)), sums, rh.take(live), enc.take(live),
+                        canon.take(live), khash[live])
+
+
+class ProbeCache:
+    """The whole side as Arrow, sorted by key hash: an in-memory hash-join build side.
+
+    Asymmetry makes this affordable: the small side of a join fits in memory, and
+    probing it with numpy ``searchsorted`` costs ~0.1 µs per row against ~5 µs for a
+    RocksDB get from Python.  It is kept coherent by applying every consolidated delta of
+    its side (:meth:`apply`).  A delta becomes a new sorted segment (weights may be
+    negative) and segments of similar size are merged, so keeping the cache coherent
+    costs in proportion to the delta, not to the cache; probes read every segment (a
+    handful) and sum the entries of one row across them.
+    """
+
+    def __init__(
+        self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
+        khash: np.ndarray,
+    ) -> None:
+        self.segments: list[_Segment] = [_Segment(rows, w, rh, enc, canon, khash)]
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.segments)
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
+        """Stored rows whose key equals one of the queries, consolidated per row."""
+        if len(self.segments) == 1:
+            seg = self.segments[0]
+            e, q = seg.probe(qcanon, qhash)
+            return Entries(seg.rows.take(pa.array(e)), seg.w[e], q)
+        parts = []
+        for seg in self.segments:
+            e, q = seg.probe(qcanon, qhash)
+            if len(e):
+                parts.append((seg, e, q))
+        if not parts:
+            seg = self.segments[0]
+            return Entries(seg.rows.schema.empty_table(), np.zeros(0, np.int64),
+                           np.zeros(0, np.int64))
+        rows = pa.concat_tables([seg.rows.take(pa.array(e)) for seg, e, _ in parts])
+        w = np.concatenate([seg.w[e] for seg, e, _ in parts])
+        q = np.concatenate([q for _, _, q in parts])
+        if len(parts) == 1:
+            return Entries(rows, w, q)
+        rh = Bytes.concat([seg.rh.take(e) for seg, e, _ in parts])
+        enc = Bytes.concat([seg.enc.take(e) for seg, e, _ in parts])
+        # A row whose entries sit in several segments: one entry, weights summed (per
+        # query: equal rows have equal keys, so they match the same query).
+        live, sums = consolidate(rh, enc, w, "probe cache weight")
+        return Entries(rows.take(pa.array(live)), sums, q[live])
 
     def apply(self, batch: PreparedBatch, keep: np.ndarray) -> ProbeCache:
-        """A new cache with the non-NULL-key rows ``keep`` of ``batch`` merged in."""
+        """Merge the non-NULL-key rows ``keep`` of ``batch`` in (in place; returns self)."""
         idx = np.flatnonzero(keep)
-        rows = pa.concat_tables([self.rows, batch.table.take(pa.array(idx))])
-        w = np.concatenate([self.w, batch.w[idx]])
-        rh = Bytes.concat([self.rh, batch.rh.take(idx)])
-        enc = Bytes.concat([self.enc, batch.enc.take(idx)])
-        canon = Bytes.concat([self.canon, batch.canon.take(idx)])
-        khash = np.concatenate([self.khash, batch.khash[idx]])
-        live, sums = consolidate(rh, enc, w, "probe cache weight")
-        return ProbeCache(
-            rows.take(pa.array(live)), sums, rh.take(live), enc.take(live), canon.take(live),
-            khash[live],
-        )
+        if not len(idx):
+            return self
+        seg = _Segment(batch.table.take(pa.array(idx)), batch.w[idx], batch.rh.take(idx),
+                       batch.enc.take(idx), batch.canon.take(idx), batch.khash[idx])
+        segments = self.segments
+        segments.append(seg)
+        while len(segments) > 1 and 2 * len(segments[-1]) >= len(segments[-2]):
+            tail = segments.pop()
+            segments[-1] = _Segment.merge([segments[-1], tail])
+        return self
 
 
 class ProbePolicy:

@@ -448,6 +448,9 @@ class BagLayout(RowLayout):
             txn.put_many(self.cf, keys.to_list(), values.to_list())
             entries_delta += len(ins)
         if len(dels):
+            # Seek in key order: the iterator then moves forward through the files and
+            # each data block is read once, however the batch was ordered.
+            dels = dels[_byte_order(base.take(dels))]
             base_list = base.take(dels).to_list()
             enc_list = enc.take(dels).to_list()
             found = _rocks.range_entries(self.store.cf(self.cf), base_list, self.store.path,
@@ -486,6 +489,15 @@ class BagLayout(RowLayout):
         # the RocksDB keys without decoding a single row.
         keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
         return len({k[: -(_RH_BYTES + _SEQ_BYTES)] for k in keys})
+
+
+def _byte_order(keys: Bytes) -> np.ndarray:
+    """Positions of ``keys`` in ascending byte order (memcmp order, as RocksDB sorts)."""
+    if keys.width is not None:
+        return np.argsort(np.frombuffer(keys.data.tobytes(), dtype=f"S{keys.width}"),
+                          kind="stable") if keys.width else np.arange(len(keys))
+    items = keys.to_list()
+    return np.array(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
 
 
 LAYOUTS: dict[str, type[RowLayout]] = {"key": KeyLayout, "unique": UniqueLayout, "bag": BagLayout}

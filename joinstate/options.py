@@ -179,6 +179,10 @@ class StoreOptions:
         o.create_if_missing(create)
         o.create_missing_column_families(True)
         o.set_paranoid_checks(True)
+        # A torn last WAL record (a crash mid-write) is dropped, as it must be; anything
+        # else that fails its checksum is an error.  RocksDB's default recovery would stop
+        # replaying at the first bad record and open with the rest of the log missing.
+        o.set_wal_recovery_mode(rd.DBRecoveryMode.tolerate_corrupted_tail_records())
         # Required by hash_skip_list / hash_link_list / vector memtables (RocksDB refuses
         # them otherwise); a store serializes its writers, so nothing is lost by it.
         o.set_allow_concurrent_memtable_write(False)
