@@ -177,11 +177,19 @@ def iter_items(cf: Any, path: Path | str, what: str) -> list[tuple[bytes, bytes]
 
 
 def range_entries(
-    cf: Any, bases: Sequence[bytes], path: Path | str, what: str
+    cf: Any, bases: Sequence[bytes], path: Path | str, what: str, *, keyed: bool = False
 ) -> list[list[tuple[bytes, bytes]]]:
-    """For each key prefix in ``bases``: the stored (key, value) pairs starting with it."""
+    """For each key prefix in ``bases``: the stored (key, value) pairs starting with it.
+
+    ``keyed``: the family has the 8-byte key-hash prefix extractor and every base starts
+    with its 8-byte prefix; the seeks then stay within that prefix, which lets RocksDB
+    skip every file whose prefix bloom filter lacks it (most small L0 files).
+    """
     ro = rd.ReadOptions()
-    ro.set_total_order_seek(True)
+    if keyed:
+        ro.set_prefix_same_as_start(True)
+    else:
+        ro.set_total_order_seek(True)
     found: list[list[tuple[bytes, bytes]]] = []
     with rocks_errors(path, what):
         it = cf.iter(ro)

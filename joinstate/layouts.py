@@ -41,6 +41,7 @@ from joinstate.errors import (
     UniqueKeyViolationError,
 )
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, single_plan
+from joinstate.names import is_keyed_cf
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -454,7 +455,7 @@ class BagLayout(RowLayout):
             base_list = base.take(dels).to_list()
             enc_list = enc.take(dels).to_list()
             found = _rocks.range_entries(self.store.cf(self.cf), base_list, self.store.path,
-                                         f"read {self.cf}")
+                                         f"read {self.cf}", keyed=is_keyed_cf(self.cf))
             for j, (b, e) in enumerate(zip(base_list, enc_list, strict=True)):
                 total = 0
                 for _k, v in found[j]:
