@@ -244,6 +244,11 @@ class Index:
         e = self.probe(qcanon, qhash)
         return checked_sum_by(e.q, e.w, len(qhash), f"{self.label} side: a key's degree")
 
+    def save(self) -> None:
+        """Keep derived in-memory state beside the store (called when it closes)."""
+        for layout in (self.layout, self.nulls):
+            layout.save()
+
     def after_write(self, batch: PreparedBatch) -> None:
         """Keep the probe cache coherent with a batch that was just written."""
         self.policy.side_changed()

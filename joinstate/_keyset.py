@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     from joinstate._bytes import Bytes
 
-__all__ = ["HashSet64", "hash64"]
+__all__ = ["EntryMap", "HashSet64", "hash64"]
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -94,3 +94,84 @@ class HashSet64:
         while self.runs and len(self.runs[-1]) <= 2 * len(run):
             run = np.union1d(self.runs.pop(), run)
         self.runs.append(run)
+
+
+class EntryMap:
+    """Where a bag index's entries are: 64-bit row hash -> batch sequence of each entry.
+
+    A bag row's RocksDB key ends in the sequence number of the batch that appended it,
+    which a retraction cannot know, so finding the entries of a retracted row costs an
+    iterator seek (one per overlapping file, ~6-15 µs).  With this map the exact keys are
+    known, and a batch of retractions becomes one multi-get (one bloom-filtered read per
+    key, GIL released).  It is only used while *complete*: built from an empty index
+    (every entry passed through it), loaded from the copy saved at close, or rebuilt
+    from one keys-only scan; every staged write updates it after its commit.
+
+    Storage: sorted runs of (hash, seq) with a live flag per pair; removal clears the
+    flag in place, merges drop dead pairs.  16 bytes per entry plus one flag.
+    """
+
+    __slots__ = ("runs",)
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def __len__(self) -> int:
+        return sum(int(live.sum()) for _, _, live in self.runs)
+
+    def add(self, h: np.ndarray, seq: np.ndarray) -> None:
+        """Record entries (row hash ``h[i]`` has an entry with sequence ``seq[i]``)."""
+        if not len(h):
+            return
+        order = np.argsort(h, kind="stable")
+        run = (h[order].astype(np.uint64), seq[order].astype(np.uint64),
+               np.ones(len(h), dtype=bool))
+        while self.runs and len(self.runs[-1][0]) <= 2 * len(run[0]):
+            prev = self.runs.pop()
+            keys = np.concatenate([prev[0][prev[2]], run[0][run[2]]])
+            vals = np.concatenate([prev[1][prev[2]], run[1][run[2]]])
+            o = np.argsort(keys, kind="stable")
+            run = (keys[o], vals[o], np.ones(len(o), dtype=bool))
+        self.runs.append(run)
+
+    def lookup(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+        """Live entries of each queried hash: (query index, seq, locations per run)."""
+        qi_parts: list[np.ndarray] = []
+        seq_parts: list[np.ndarray] = []
+        locs: list[tuple[int, np.ndarray]] = []
+        # Sorted needles: numpy's binary search then narrows each search by the last
+        # one, and the big run is walked forward once (3x faster on 2.9M entries).
+        qorder = np.argsort(q, kind="stable")
+        qs = q[qorder]
+        for r, (keys, vals, live) in enumerate(self.runs):
+            lo = np.searchsorted(keys, qs, side="left")
+            hi = np.searchsorted(keys, qs, side="right")
+            cnt = (hi - lo).astype(np.int64)
+            total = int(cnt.sum())
+            if not total:
+                continue
+            qi = np.repeat(qorder, cnt)
+            first_out = np.cumsum(cnt) - cnt
+            pos = np.repeat(lo - first_out, cnt) + np.arange(total, dtype=np.int64)
+            ok = live[pos]
+            qi_parts.append(qi[ok])
+            seq_parts.append(vals[pos[ok]])
+            locs.append((r, pos[ok]))
+        if not qi_parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.uint64), []
+        return np.concatenate(qi_parts), np.concatenate(seq_parts), locs
+
+    def remove(self, locs: list[tuple[int, np.ndarray]], keep: np.ndarray | None = None) -> None:
+        """Mark entries found by :meth:`lookup` dead (``keep``: a mask over them to skip)."""
+        offset = 0
+        for r, pos in locs:
+            sel = pos if keep is None else pos[~keep[offset:offset + len(pos)]]
+            self.runs[r][2][sel] = False
+            offset += len(pos)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every live (hash, seq) pair, for saving."""
+        if not self.runs:
+            return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+        return (np.concatenate([k[live] for k, _, live in self.runs]),
+                np.concatenate([v[live] for _, v, live in self.runs]))

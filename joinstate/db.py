@@ -40,6 +40,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
 import rocksdict as rd
 
 from joinstate import _rocks
@@ -75,6 +76,7 @@ LAYOUT_VERSION = 2
 """Version of the on-disk layout (column-family naming, keys, values, commit records)."""
 
 _PENDING = "ingest-pending"
+_DERIVED = "derived"
 _ENTRIES = re.compile(r"# entries=(\d+)")
 _ROCKSDB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
 _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
@@ -582,6 +584,39 @@ class Database:
         """Names of the joins in the catalog."""
         prefix = join_spec_prefix()
         return [k[len(prefix):].decode() for k in self.meta_keys(prefix)]
+
+    # ---- derived state kept beside the database ---------------------------------------
+
+    def save_arrays(self, name: str, stamp: Sequence[int], **arrays: np.ndarray) -> None:
+        """Keep in-memory derived state (numpy arrays) beside the database, for a reopen.
+
+        ``stamp`` names the state it was derived from (counters); :meth:`load_arrays`
+        returns the arrays only for the same stamp.  Never needed for correctness: a
+        missing or stale file only means rebuilding.  Written atomically.
+        """
+        if self.read_only:
+            return
+        folder = self.path / _DERIVED
+        folder.mkdir(exist_ok=True)
+        target = folder / f"{_safe(name)}.npz"
+        tmp = folder / f".{_safe(name)}.tmp.npz"
+        payload: dict[str, Any] = {"stamp": np.asarray(stamp, dtype=np.int64), **arrays}
+        np.savez(tmp, **payload)
+        os.replace(tmp, target)
+
+    def load_arrays(self, name: str, stamp: Sequence[int]) -> dict[str, np.ndarray] | None:
+        """The arrays saved under ``name`` for exactly ``stamp``, else None."""
+        target = self.path / _DERIVED / f"{_safe(name)}.npz"
+        if not target.exists():
+            return None
+        try:
+            with np.load(target) as data:
+                if list(data["stamp"]) != list(stamp):
+                    return None
+                return {k: data[k] for k in data.files if k != "stamp"}
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("ignoring unreadable %s: %s", target, exc)
+            return None
 
     # ---- RocksDB facts ----------------------------------------------------------------
 

@@ -16,6 +16,7 @@ validation.  The output is assembled with Arrow ``take``.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from joinstate.views import IndexInfo
 
 __all__ = ["How", "Join", "Phase", "output_schema"]
+
+log = logging.getLogger(__name__)
 
 How = Literal["inner", "left", "right", "full", "left_semi", "left_anti"]
 Phase = Literal["population", "live"]
@@ -133,7 +136,14 @@ class Join:
         )
 
     def detach(self) -> None:
-        """Called by the store on close: the join becomes unusable, caches are dropped."""
+        """Called by the store on close: derived state is saved, the join becomes unusable."""
+        store = self.store
+        if store is not None and not store.closed and not store.read_only:
+            for idx in (self.left, self.right):
+                try:
+                    idx.save()
+                except OSError as exc:  # derived state only: the next open rebuilds it
+                    log.warning("could not save derived state of join %r: %s", self.name, exc)
         self.store = None
         self.left.cache = None
         self.right.cache = None

@@ -24,6 +24,7 @@ The unique layouts read before writing, to enforce the declared key.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -31,9 +32,15 @@ import pyarrow as pa
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate._keyset import HashSet64, hash64
+from joinstate._keyset import EntryMap, HashSet64, hash64
 from joinstate._probe import COST_GET_US, COST_ROW_US, COST_SCAN_US, COST_SEEK_US, Entries
-from joinstate._zset import checked_int, checked_sum, group_keys, sum_by
+from joinstate._zset import (
+    checked_add,
+    checked_sum,
+    checked_sum_by,
+    group_keys,
+    sum_by,
+)
 from joinstate.errors import (
     OverRetractionError,
     SchemaMismatchError,
@@ -56,6 +63,8 @@ __all__ = ["LAYOUTS", "BagLayout", "KeyLayout", "RowLayout", "UniqueLayout", "de
 
 COST_UNIQUE_READ_US = 2.0
 """Estimated µs per row of checking a unique key by multi-get (read, compare, group)."""
+log = logging.getLogger(__name__)
+
 _SEQ_BYTES = 8  # batch sequence, big-endian so entries of one row sort by batch
 _RH_BYTES = 16  # xxh3_128 of the encoded row
 
@@ -98,16 +107,10 @@ class RowLayout:
         packed = Bytes.from_list(values)
         if not self.counted:
             return self.row_codec.decode(packed), np.ones(len(values), np.int64), packed
-        n = len(values)
-        if n == 0:
+        if not values:
             return self.row_codec.schema.empty_table(), np.zeros(0, np.int64), packed
-        count_pos = packed.offsets[:-1, None] + np.arange(8, dtype=np.int64)
-        w = np.ascontiguousarray(packed.data[count_pos]).view("<i8").reshape(n).astype(np.int64)
-        rows = self.row_codec.decode(packed, skip=8)
-        keep = np.ones(len(packed.data), dtype=bool)
-        keep[count_pos] = False
-        enc = Bytes(packed.data[keep], packed.offsets - 8 * np.arange(n + 1, dtype=np.int64))
-        return rows, w, enc
+        w, enc = _split_counts(packed)
+        return self.row_codec.decode(packed, skip=8), w, enc
 
     def scan(self) -> tuple[pa.Table, np.ndarray, Bytes]:
         """Every stored entry (bag entries unconsolidated): rows, weights, encodings."""
@@ -129,6 +132,9 @@ class RowLayout:
 
     def reset(self) -> None:
         """Forget in-memory state derived from the store (after a failed bulk write)."""
+
+    def save(self) -> None:
+        """Keep derived in-memory state beside the store, for the next open (default: none)."""
 
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
@@ -424,10 +430,69 @@ class UniqueLayout(_UniqueBase):
 
 
 class BagLayout(RowLayout):
-    """Nothing is unique: append-only entries of (row, count), summed by readers."""
+    """Nothing is unique: append-only entries of (row, count), summed by readers.
+
+    Retractions find a row's entries through an :class:`~joinstate._keyset.EntryMap`
+    (exact keys, one multi-get) when the index has a complete one, and by one iterator
+    seek per row otherwise.  The map is complete from the start for an index that starts
+    empty (population), is saved when the store closes and loaded when it reopens, and
+    is otherwise rebuilt by one keys-only scan once the seeks it would have saved reach
+    the scan's price (ski rental).
+    """
 
     name = "bag"
     counted = True
+
+    def __init__(
+        self, store: Database, cf: str, side: str, key: Sequence[str],
+        key_codec: KeyCodec, row_codec: RowCodec,
+    ) -> None:
+        super().__init__(store, cf, side, key, key_codec, row_codec)
+        self.emap: EntryMap | None = None
+        self._rent_us = 0.0
+        self.reset()
+
+    # ---- the entry map ----------------------------------------------------------------
+
+    def _stamp(self) -> list[int]:
+        # Every batch bumps the rows family's sequence, so (seq, entries) names one state.
+        rows_cf = self.cf[: -len(".nulls")] if self.cf.endswith(".nulls") else self.cf
+        return [self.store.counter(rows_cf, "seq"), self.store.counter(self.cf, "entries")]
+
+    def reset(self) -> None:
+        """Start the entry map: empty for an empty index, the saved copy, or none."""
+        self._rent_us = 0.0
+        self.emap = None
+        if self.store.counter(self.cf, "entries") == 0:
+            self.emap = EntryMap()
+            return
+        saved = self.store.load_arrays(_map_name(self.cf), self._stamp())
+        if saved is not None:
+            emap = EntryMap()
+            emap.add(saved["h"], saved["seq"])
+            self.emap = emap
+
+    def save(self) -> None:
+        """Keep the entry map beside the store (called when the store closes)."""
+        if self.emap is not None and len(self.emap):
+            h, seq = self.emap.arrays()
+            self.store.save_arrays(_map_name(self.cf), self._stamp(), h=h, seq=seq)
+
+    def _map_for(self, n: int) -> EntryMap | None:
+        if self.emap is None:
+            entries = max(self.store.counter(self.cf, "entries"), 0)
+            self._rent_us += n * COST_SEEK_US
+            if entries <= self.store.options.unique_filter_max_rows and \
+                    self._rent_us >= entries * COST_SCAN_US:
+                keys = Bytes.from_list(
+                    _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}"))
+                tail = _key_tails(keys)
+                emap = EntryMap()
+                emap.add(tail[:, 0], tail[:, 1])
+                self.emap = emap
+        return self.emap
+
+    # ---- staging ----------------------------------------------------------------------
 
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
@@ -436,11 +501,14 @@ class BagLayout(RowLayout):
         """Append inserts blindly; read, check and consolidate the retracted rows."""
         w = batch.w[rows]
         enc = batch.enc.take(rows)
-        base = Bytes.concat_rows([group_prefix, batch.rh.take(rows)])
+        rh = batch.rh.take(rows)
+        base = Bytes.concat_rows([group_prefix, rh])
+        h64 = np.ascontiguousarray(rh.matrix()[:, :8]).view("<u8").reshape(len(rows))
         seq_b = seq.to_bytes(_SEQ_BYTES, "big")
         ins = np.flatnonzero(w > 0)
         dels = np.flatnonzero(w < 0)
         entries_delta = 0
+        new_h: list[np.ndarray] = []
         if len(ins):
             seqs = Bytes.from_fixed(
                 np.frombuffer(seq_b * len(ins), np.uint8).reshape(len(ins), _SEQ_BYTES))
@@ -448,34 +516,103 @@ class BagLayout(RowLayout):
             values = Bytes.concat_rows([_i64_column(w[ins]), enc.take(ins)])
             txn.put_many(self.cf, keys.to_list(), values.to_list())
             entries_delta += len(ins)
+            new_h.append(h64[ins])
         if len(dels):
+            txn.note_read()
+            dels, ent_row, ent_keys, ent_vals, locs = self._find_entries(base, h64, enc, w, dels)
+            totals = self._totals(ent_row, ent_vals, enc.take(dels), len(dels))
+            new_total = checked_add(totals, w[dels], f"multiplicity of a row in {self.cf}")
+            bad = np.flatnonzero(new_total < 0)
+            if len(bad):
+                j = int(bad[0])
+                self._over_retraction(batch, int(rows[dels[j]]), int(totals[j]),
+                                      int(new_total[j]))
+            if ent_keys:
+                deletes: list[bytes | None] = [None] * len(ent_keys)
+                txn.put_many(self.cf, ent_keys, deletes)
+            kept = np.flatnonzero(new_total > 0)
+            if len(kept):
+                seqs = Bytes.from_fixed(
+                    np.frombuffer(seq_b * len(kept), np.uint8).reshape(len(kept), _SEQ_BYTES))
+                keys = Bytes.concat_rows([base.take(dels[kept]), seqs])
+                values = Bytes.concat_rows([_i64_column(new_total[kept]),
+                                            enc.take(dels[kept])])
+                put_values: list[bytes | None] = list(values.to_list())
+                txn.put_many(self.cf, keys.to_list(), put_values)
+                new_h.append(h64[dels[kept]])
+            entries_delta += len(kept) - len(ent_keys)
+            emap_now = self.emap
+            if emap_now is not None and locs is not None:
+                txn.after_commit(lambda: emap_now.remove(locs))
+        if new_h and self.emap is not None:
+            emap_add = self.emap
+            hs = np.concatenate(new_h)
+            txn.after_commit(lambda: emap_add.add(hs, np.full(len(hs), seq, np.uint64)))
+        txn.add(self.cf, "rows", checked_sum(w, f"rows of {self.cf}"))
+        txn.add(self.cf, "entries", entries_delta)
+
+    def _totals(self, ent_row: np.ndarray, ent_vals: list[bytes], enc: Bytes, n: int
+                ) -> np.ndarray:
+        """Summed count of each retracted row's entries, checking each holds that row."""
+        if not ent_vals:
+            return np.zeros(n, np.int64)
+        counts, stored = _split_counts(Bytes.from_list(ent_vals))
+        if not stored.equals(enc.take(ent_row)).all():
+            msg = (f"{self.side} side: xxh3_128 collision or corrupt entry in {self.cf}; "
+                   "verify the store (StateStore.verify())")
+            raise StateCorruptedError(msg)
+        return checked_sum_by(ent_row, counts, n, f"multiplicity of a row in {self.cf}")
+
+    def _find_entries(
+        self, base: Bytes, h64: np.ndarray, enc: Bytes, w: np.ndarray, dels: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, list[bytes], list[bytes],
+               list[tuple[int, np.ndarray]] | None]:
+        """The stored entries of each retracted row: by the map if there is one, else seeks.
+
+        Returns the rows (possibly reordered) and, flat, each entry's row (position in
+        those rows), key and value, plus the map locations to remove after the commit
+        (None on the seek path).  The map is a hint that is always sound (every key it
+        names is checked by the read), so a row for which it finds too little to cover
+        the retraction is looked up again by a seek, which finds all of the row's
+        entries; only then can the retraction be refused.
+        """
+        emap = self._map_for(len(dels))
+        if emap is None:
             # Seek in key order: the iterator then moves forward through the files and
             # each data block is read once, however the batch was ordered.
             dels = dels[_byte_order(base.take(dels))]
-            base_list = base.take(dels).to_list()
-            enc_list = enc.take(dels).to_list()
-            found = _rocks.range_entries(self.store.cf(self.cf), base_list, self.store.path,
-                                         f"read {self.cf}", keyed=is_keyed_cf(self.cf))
-            for j, (b, e) in enumerate(zip(base_list, enc_list, strict=True)):
-                total = 0
-                for _k, v in found[j]:
-                    if v[8:] != e:
-                        msg = (f"{self.side} side: xxh3_128 collision or corrupt entry in "
-                               f"{self.cf}; verify the store (Database.verify())")
-                        raise StateCorruptedError(msg)
-                    total += int.from_bytes(v[:8], "little", signed=True)
-                new_total = total + int(w[dels[j]])
-                if new_total < 0:
-                    self._over_retraction(batch, int(rows[dels[j]]), total, new_total)
-                for k, _v in found[j]:
-                    txn.delete(self.cf, k)
-                entries_delta -= len(found[j])
-                if new_total > 0:
-                    checked_int(new_total, f"multiplicity of a row in {self.cf}")
-                    txn.put(self.cf, b + seq_b, new_total.to_bytes(8, "little", signed=True) + e)
-                    entries_delta += 1
-        txn.add(self.cf, "rows", checked_sum(w, f"rows of {self.cf}"))
-        txn.add(self.cf, "entries", entries_delta)
+            return (dels, *_flatten(self._entries_by_seek(base.take(dels).to_list())), None)
+        qi, seqs, locs = emap.lookup(h64[dels])
+        ent_row = np.zeros(0, np.int64)
+        ent_keys: list[bytes] = []
+        ent_vals: list[bytes] = []
+        if len(qi):
+            seq_col = Bytes.from_fixed(
+                np.ascontiguousarray(seqs.astype(">u8")).view(np.uint8).reshape(len(qi), 8))
+            keys = Bytes.concat_rows([base.take(dels[qi]), seq_col]).to_list()
+            got = _rocks.multi_get(self.store.cf(self.cf), keys, self.store.path,
+                                   f"read {self.cf}")
+            hit = np.fromiter((v is not None for v in got), bool, len(got))
+            idx = np.flatnonzero(hit).tolist()
+            ent_row = qi[hit]
+            ent_keys = [keys[i] for i in idx]
+            ent_vals = [got[i] for i in idx]
+        totals = self._totals(ent_row, ent_vals, enc.take(dels), len(dels))
+        short = np.flatnonzero(totals + w[dels] < 0)
+        if len(short):
+            again = self._entries_by_seek(base.take(dels[short]).to_list())
+            keep = ~np.isin(ent_row, short)
+            ent_keys = [k for k, ok in zip(ent_keys, keep.tolist(), strict=True) if ok]
+            ent_vals = [v for v, ok in zip(ent_vals, keep.tolist(), strict=True) if ok]
+            rows_again, keys_again, vals_again = _flatten(again)
+            ent_row = np.concatenate([ent_row[keep], short[rows_again]])
+            ent_keys += keys_again
+            ent_vals += vals_again
+        return dels, ent_row, ent_keys, ent_vals, locs
+
+    def _entries_by_seek(self, bases: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
+        return _rocks.range_entries(self.store.cf(self.cf), bases, self.store.path,
+                                    f"read {self.cf}", keyed=is_keyed_cf(self.cf))
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
         """Stored entries whose join key is one of the (distinct) query keys."""
@@ -490,6 +627,44 @@ class BagLayout(RowLayout):
         # the RocksDB keys without decoding a single row.
         keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
         return len({k[: -(_RH_BYTES + _SEQ_BYTES)] for k in keys})
+
+
+def _split_counts(values: Bytes) -> tuple[np.ndarray, Bytes]:
+    """Bag values -> (int64 counts, the encoded rows after them), vectorised."""
+    n = len(values)
+    count_pos = values.offsets[:-1, None] + np.arange(8, dtype=np.int64)
+    counts = np.ascontiguousarray(values.data[count_pos]).view("<i8").reshape(n)
+    keep = np.ones(len(values.data), dtype=bool)
+    keep[count_pos] = False
+    rows = Bytes(values.data[keep], values.offsets - 8 * np.arange(n + 1, dtype=np.int64))
+    return counts.astype(np.int64), rows
+
+
+def _flatten(found: list[list[tuple[bytes, bytes]]]) -> tuple[np.ndarray, list[bytes],
+                                                              list[bytes]]:
+    """Per-row lists of (key, value) -> flat (row of each entry, keys, values)."""
+    lengths = np.fromiter((len(f) for f in found), np.int64, len(found))
+    rows = np.repeat(np.arange(len(found), dtype=np.int64), lengths)
+    keys = [k for f in found for k, _ in f]
+    vals = [v for f in found for _, v in f]
+    return rows, keys, vals
+
+
+def _map_name(cf: str) -> str:
+    return "entry-map-" + cf
+
+
+def _key_tails(keys: Bytes) -> np.ndarray:
+    """(64-bit row hash, batch sequence) of bag keys, read off their fixed 24-byte tail."""
+    n = len(keys)
+    if not n:
+        return np.zeros((0, 2), np.uint64)
+    ends = keys.offsets[1:]
+    pos = ends[:, None] - np.arange(_RH_BYTES + _SEQ_BYTES, 0, -1, dtype=np.int64)
+    tail = keys.data[pos]
+    h = np.ascontiguousarray(tail[:, :8]).view("<u8").reshape(n)
+    seq = np.ascontiguousarray(tail[:, _RH_BYTES:]).view(">u8").reshape(n).astype(np.uint64)
+    return np.stack([h, seq], axis=1)
 
 
 def _byte_order(keys: Bytes) -> np.ndarray:

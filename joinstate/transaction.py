@@ -18,7 +18,7 @@ Status machine: ``open`` -> ``committed`` | ``failed``.  A transaction is used o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, cast
 
 import rocksdict as rd
 
@@ -78,10 +78,14 @@ class Transaction:
 
     # ---- staging ----------------------------------------------------------------------
 
-    def put_many(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
-        """Stage puts of ``keys`` -> ``values`` into ``cf`` (lists are kept, not copied)."""
+    def put_many(self, cf: str, keys: list[bytes],
+                 values: list[bytes] | list[bytes | None]) -> None:
+        """Stage puts of ``keys`` -> ``values`` into ``cf`` (a None value deletes its key).
+
+        The lists are kept, not copied.
+        """
         if keys:
-            self.blocks.append(WriteBlock(cf, keys, values))  # type: ignore[arg-type]
+            self.blocks.append(WriteBlock(cf, keys, cast("list[bytes | None]", values)))
 
     def put(self, cf: str, key: bytes, value: bytes | None) -> None:
         """Stage one put (``value`` None: a delete)."""

@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="batch order (default: %(default)s)")
     run.add_argument("--batch-rows", type=int, default=65_536, help="rows per batch")
     run.add_argument("--write-buffer-mb", type=int, default=64, help="memtable size, MiB")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted population of the join (same inputs)")
     run.add_argument("--json", type=Path, help="also write the report as JSON here")
     run.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     run.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -107,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         options = joinstate.StoreOptions(write_buffer_size=args.write_buffer_mb << 20)
         with joinstate.StateStore(args.state_dir, options) as store:
             join = store.join(args.join, left=ls, right=rs, how=args.how)
-            report = populate(join, left, right, strategy=args.strategy, order=args.order,
-                              progress=not args.no_progress, batch_rows=args.batch_rows)
+            if args.resume:
+                report = populate(join, left, right, progress=not args.no_progress,
+                                  resume=True)
+            else:
+                report = populate(join, left, right, strategy=args.strategy,
+                                  order=args.order, progress=not args.no_progress,
+                                  batch_rows=args.batch_rows)
     except joinstate.JoinStateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

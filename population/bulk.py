@@ -16,6 +16,7 @@ ascending keys, which :func:`_sorted_order` guarantees (or reports a duplicate).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import shutil
@@ -34,7 +35,28 @@ if TYPE_CHECKING:
     from joinstate import BulkSink, Database, WriteBlock
     from joinstate.transaction import Record
 
-__all__ = ["SstIngester"]
+__all__ = ["STAGING", "SstIngester", "remove_staging", "staging_dir"]
+
+STAGING = "population-sst"
+
+
+def staging_dir(store_path: str | Path, join: str) -> Path:
+    """Where the SST files of ``join``'s population are written before ingestion.
+
+    One directory per join (join names are path-safe), so that two joins of one store
+    never share file names.  Nothing there is needed after a crash: the files of an
+    ingestion that began were moved under the store's own ``ingest-pending/``, so a
+    resumed population (or :func:`remove_staging`) deletes what is left.
+    """
+    return Path(store_path) / STAGING / join
+
+
+def remove_staging(store_path: str | Path, join: str) -> None:
+    """Delete ``join``'s leftover staging files (and the parent directory once empty)."""
+    path = staging_dir(store_path, join)
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +64,11 @@ log = logging.getLogger(__name__)
 class SstIngester:
     """Collects blind-append writes per side and ingests them as sorted SST files."""
 
-    def __init__(self, store: Database, run_rows: int) -> None:
+    def __init__(self, store: Database, run_rows: int, join: str) -> None:
         self.store = store
         self.run_rows = run_rows
-        self.tmp = Path(store.path) / "population-sst"
+        self.join = join
+        self.tmp = staging_dir(store.path, join)
         self.pending: dict[str, dict[str, tuple[list[bytes], list[bytes | None]]]] = {}
         self.records: dict[str, dict[bytes, bytes | None]] = {}
         self.pending_rows: dict[str, int] = {}
@@ -97,7 +120,7 @@ class SstIngester:
         self.pending_rows[side] = 0
         if not per_cf:
             return
-        self.tmp.mkdir(exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
         files: dict[str, list[str]] = {}
         for cf, (keys, values) in per_cf.items():
             if not keys:
@@ -134,7 +157,7 @@ class SstIngester:
         self.pending.clear()
         self.pending_rows.clear()
         self.records.clear()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        remove_staging(self.store.path, self.join)
 
 
 def _sorted_order(keys: list[bytes]) -> list[int]:

@@ -2,9 +2,18 @@
 
 Phases: find the small side (strategy, given sizes, or counting); set up per-side
 memtables while the families are still empty; stream batches in the chosen
-order, dispatching events to the compaction policies; ingest what is pending; flush if
-the WAL was off; switch the join to the live phase.  Whatever happens, the compaction
-guard re-enables every column family a policy disabled, and the WAL switch is undone.
+order, dispatching events to the compaction policies; ingest what is pending; switch
+the join to the live phase and clear the progress markers.  Whatever happens, the
+compaction guard re-enables every column family a policy disabled.
+
+Crash safety (see :mod:`population.resume`): every batch commits its side's progress
+marker in its own transaction, through the WAL; a batch's output is delivered *before*
+its transaction becomes durable (the WriteBatch is held by a sink until the output has
+been delivered; bulk-written batches become durable when their run is ingested), so a
+crash can only make outputs be delivered again, from a batch index the resumed run
+reports, never lose one.  A batch the core will not hand to a sink (it had to read
+state) is committed with its output recorded under a commit id instead, delivered,
+then the record is dropped; a resume re-delivers a record it finds.
 """
 
 from __future__ import annotations
@@ -32,22 +41,34 @@ from compaction import (
     ThresholdCrossed,
     guarded,
 )
-from joinstate import IndexOptions, SchemaMismatchError
+from joinstate import IndexOptions, SchemaMismatchError, Transaction
 from joinstate.activity import counter_delta, statistics_counters
-from population.bulk import SstIngester
+from population.bulk import SstIngester, remove_staging
 from population.errors import BulkLoadRefused, PopulationError
 from population.progress import Progress
 from population.report import Report, SideReport
+from population.resume import (
+    EMPTY_DIGEST,
+    Marker,
+    OutputBatch,
+    batch_digest,
+    completed,
+    markers,
+    raise_interrupted,
+    sink_takes_batch,
+    source_identity,
+)
 from population.sources import DEFAULT_BATCH_ROWS, Source, count_small
 from population.strategy import CompactionName, Strategy, choose, preset, small_side
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     import pyarrow as pa
 
-    from joinstate import Database, Join, SideName
+    from joinstate import Database, Join, SideName, WriteBlock
     from joinstate.options import Memtable
+    from joinstate.transaction import Record
 
 __all__ = ["ORDERS", "populate"]
 
@@ -72,6 +93,36 @@ def _policies(strategy: Strategy) -> list[CompactionPolicy]:
     return [main, Guard(strategy.l0_limit, strategy.pending_bytes_limit)]
 
 
+def _commit_id(side: str, index: int) -> str:
+    """The commit id under which a batch's output is recorded when it cannot be held."""
+    return f"population:{side}:{index}"
+
+
+class _Held:
+    """A ``Join.apply`` sink that holds a batch's WriteBatch until its output is out.
+
+    The transaction's writes and ``__meta__`` records (counters, the progress marker)
+    are written as one WriteBatch by :meth:`commit`, after the driver delivered the
+    batch's output: a crash in between loses the batch (it is applied and delivered
+    again on resume) instead of its output.
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[WriteBlock] = []
+        self.records: list[Record] = []
+
+    def __call__(self, blocks: Sequence[WriteBlock], records: Sequence[Record]) -> None:
+        self.blocks = list(blocks)
+        self.records = list(records)
+
+    def commit(self, store: Database) -> None:
+        txn = Transaction(store)
+        txn.blocks.extend(self.blocks)
+        for key, value in self.records:
+            txn.record(key, value)
+        txn.commit()
+
+
 def _dir_bytes(path: Any) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
@@ -88,18 +139,30 @@ class _Run:
 
     def __init__(self, join: Join, store: Database, strategy: Strategy,
                  small: SideName, order: str, sources: dict[str, Source],
-                 sink: Callable[[pa.Table], Any] | None, progress: Progress,
-                 sample_interval: float) -> None:
+                 sink: Callable[..., Any] | None, progress: Progress,
+                 sample_interval: float, *, small_from: str = "", batch_rows: int = 0,
+                 identity: Mapping[str, dict[str, Any] | None] | None = None,
+                 go_live: bool = True) -> None:
+        self.go_live = go_live
         self.join, self.store, self.strategy = join, store, strategy
         self.small, self.order = small, order
+        self.small_from, self.batch_rows = small_from, batch_rows
+        self.identity = dict(identity or {})
         self.sources, self.out_sink, self.progress = sources, sink, progress
+        self.sink_takes_batch = sink is not None and sink_takes_batch(sink)
         self.sample_interval = sample_interval
+        # Durable progress of each side: batches and rows applied by this and earlier
+        # (interrupted) runs, and the running digest of the input batches read.
+        self.index: dict[str, int] = dict.fromkeys(SIDES, 0)
+        self.total_rows: dict[str, int] = dict.fromkeys(SIDES, 0)
+        self.digest: dict[str, str] = dict.fromkeys(SIDES, EMPTY_DIGEST)
         indexes = {s: join.index(s) for s in SIDES}
         self.index_cf = {s: indexes[s].column_family for s in SIDES}
         self.control = CompactionControl(store, indexes)
         self.control.small = small
         self.policies = _policies(strategy)
-        self.ingester = SstIngester(store, strategy.bulk_run_rows) if strategy.bulk else None
+        self.ingester = (SstIngester(store, strategy.bulk_run_rows, join.name)
+                         if strategy.bulk else None)
         self.bulk_sides = {s for s in SIDES if strategy.bulk and indexes[s].bulk_loadable}
         self.t0 = time.perf_counter()
         self.proc = psutil.Process()
@@ -207,32 +270,72 @@ class _Run:
 
     # ---- writing ----------------------------------------------------------------------
 
+    def marker(self, side: SideName, batches: int, rows: int, digest: str, done: bool
+               ) -> bytes:
+        """The progress marker of ``side`` after ``batches`` batches (JSON bytes)."""
+        return Marker(
+            side=side, batches=batches, rows=rows, digest=digest, done=done,
+            strategy=self.strategy.to_dict(), order=self.order, small=self.small,
+            small_from=self.small_from, batch_rows=self.batch_rows,
+            source=self.identity.get(side), go_live=self.go_live,
+        ).to_bytes()
+
+    def deliver(self, side: SideName, index: int, out: pa.Table) -> None:
+        """Count ``out`` and hand it to the sink (with its batch, if the sink takes it)."""
+        if not out.num_rows:
+            return
+        self.output_rows += out.num_rows
+        self.output_weight += int(np.asarray(out.column("_weight")).sum())
+        if self.out_sink is not None:
+            if self.sink_takes_batch:
+                self.out_sink(out, OutputBatch(side, index))
+            else:
+                self.out_sink(out)
+
     def apply(self, side: SideName, batch: Any) -> None:
         t = time.perf_counter()
         other = self.control.other(side)
+        index, n = self.index[side], batch.num_rows
+        digest = batch_digest(self.digest[side], batch)
+        marker = self.marker(side, index + 1, self.total_rows[side] + n, digest, False)
         prepared = self.join.prepare(side, batch)
         deletes = prepared.retracted  # rows retracted, with multiplicity
         ing = self.ingester
         out = None
+        bulk = False
         if ing is not None:
             if ing.has_pending(other):
                 ing.ingest(other)  # this push probes the other side: make it visible
             if side in self.bulk_sides and not deletes:
                 try:
-                    out = self.join.apply(side, prepared, sink=ing.sink(side))
-                    ing.maybe_ingest(side)
+                    out = self.join.apply(side, prepared, sink=ing.sink(side), progress=marker)
+                    bulk = True
                 except BulkLoadRefused as exc:
                     log.info("falling back to a WriteBatch: %s", exc)
             if out is None and ing.has_pending(side):
                 ing.ingest(side)  # deletes read this side's own entries
+        held: _Held | None = None
+        recorded: str | None = None
         if out is None:
-            out = self.join.apply(side, prepared)
-        if out.num_rows:
-            self.output_rows += out.num_rows
-            self.output_weight += int(np.asarray(out.column("_weight")).sum())
-            if self.out_sink is not None:
-                self.out_sink(out)
-        n = batch.num_rows
+            held = _Held()
+            try:
+                out = self.join.apply(side, prepared, sink=held, progress=marker)
+            except BulkLoadRefused:
+                # The batch read state, so the core will not hand it to a sink: commit it
+                # now, with its output recorded in the same WriteBatch for a resume.
+                held, recorded = None, _commit_id(side, index)
+                out = self.join.apply(side, prepared, commit_id=recorded, progress=marker)
+        # Deliver first, then make the batch durable (see the module docstring).
+        self.deliver(side, index, out)
+        if held is not None:
+            held.commit(self.store)
+        if recorded is not None:
+            self.join.forget_commits(keep=recorded.__ne__)
+        if bulk and ing is not None:
+            ing.maybe_ingest(side)
+        self.index[side] += 1
+        self.total_rows[side] += n
+        self.digest[side] = digest
         self.rows[side] += n
         self.batches[side] += 1
         self.deletes[side] += deletes
@@ -241,10 +344,29 @@ class _Run:
         self.dispatch(BatchWritten(side, prepared.rows, deletes))
         self.sample()
 
+    def redeliver_recorded(self, side: SideName, last: Any) -> bool:
+        """Deliver the recorded output of ``side``'s last durable batch, if there is one.
+
+        ``last`` is that batch, read again from the source.  Returns whether a recorded
+        output was found (then it is delivered again and the record dropped).
+        """
+        index = self.index[side] - 1
+        cid = _commit_id(side, index)
+        if index < 0 or last is None or not self.join.committed(cid):
+            return False
+        out = self.join.apply(side, self.join.prepare(side, last), commit_id=cid)  # replay
+        self.deliver(side, index, out)
+        self.join.forget_commits(keep=cid.__ne__)
+        return True
+
     def finish_side(self, side: SideName) -> None:
         t = time.perf_counter()
         if self.ingester is not None and self.ingester.has_pending(side):
             self.ingester.ingest(side)
+        schema = self.join.left_side.schema if side == "left" else self.join.right_side.schema
+        done = self.marker(side, self.index[side], self.total_rows[side], self.digest[side],
+                           True)
+        self.join.apply(side, self.join.prepare(side, schema.empty_table()), progress=done)
         self.dispatch(SideFinished(side, small=side == self.small))
         self.seconds[side] += time.perf_counter() - t
         self.finished_at[side] = round(time.perf_counter() - self.t0, 4)
@@ -263,45 +385,129 @@ class _Run:
             self.ingester.ingest_all()
 
 
+def _conflicts(strategy: str | Strategy | None, order: str | None, batch_rows: int | None,
+               rec: Marker) -> list[str]:
+    """Explicit arguments of a resumed call that contradict the interrupted run."""
+    bad: list[str] = []
+    name = rec.strategy.get("name")
+    if isinstance(strategy, Strategy):
+        mine = {k: v for k, v in strategy.to_dict().items() if k != "reason"}
+        theirs = {k: v for k, v in rec.strategy.items() if k != "reason"}
+        if mine != theirs:
+            bad.append(f"strategy={strategy.name!r} (a Strategy that differs from the "
+                       f"interrupted run's {name!r})")
+    elif strategy is not None and strategy not in ("auto", name):
+        bad.append(f"strategy={strategy!r} (the interrupted run used {name!r})")
+    if order is not None and order != rec.order:
+        bad.append(f"order={order!r} (the interrupted run used {rec.order!r})")
+    if batch_rows is not None and batch_rows != rec.batch_rows:
+        bad.append(f"batch_rows={batch_rows!r} (the interrupted run used {rec.batch_rows})")
+    return bad
+
+
+def _skip(join: Join, side: str, source: Source, rec: Marker,
+          found: Mapping[str, Marker], identity: dict[str, Any] | None) -> Any:
+    """Read past the batches ``rec`` says are loaded, checking they are the same ones.
+
+    Returns the last batch skipped (None if none).  Raises
+    :class:`~population.PopulationInterruptedError` if the input changed.
+    """
+
+    def changed(why: str) -> None:
+        raise_interrupted(join, found, f"cannot resume: the {side} side's input changed ({why})")
+
+    before = rec.source or {}
+    if identity and before.get("bytes") is not None and identity.get("bytes") != before["bytes"]:
+        changed(f"{before.get('path')} had {before['bytes']} bytes, "
+                f"{identity.get('path')} has {identity.get('bytes')}")
+    digest, rows, last = EMPTY_DIGEST, 0, None
+    for i in range(rec.batches):
+        b = source.next()
+        if b is None:
+            changed(f"it ends after {i} batches, {rec.batches} were loaded")
+            break
+        digest = batch_digest(digest, b)
+        rows += b.num_rows
+        last = b
+    if rows != rec.rows or digest != rec.digest:
+        changed(f"its first {rec.batches} batches hold {rows:,} rows with digest {digest}; "
+                f"the loaded ones held {rec.rows:,} rows with digest {rec.digest}")
+    if rec.done and source.next() is not None:
+        changed(f"it has more than the {rec.batches} batches that were loaded in full")
+    return last
+
+
 def populate(
     join: Join,
     left: Any,
     right: Any,
-    strategy: str | Strategy = "asymmetric",
-    order: Order | str = "small-first",
-    sink: Callable[[pa.Table], Any] | None = None,
+    strategy: str | Strategy | None = None,
+    order: Order | str | None = None,
+    sink: Callable[..., Any] | None = None,
     progress: bool = True,
     *,
     sizes: Mapping[str, int] | None = None,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
+    batch_rows: int | None = None,
     go_live: bool = True,
     sample_interval: float = SAMPLE_INTERVAL,
+    resume: bool = False,
 ) -> Report:
     """Load both sides of ``join`` from existing data, emit the initial output, go live.
 
     ``left``/``right``: a pyarrow Table, RecordBatch or RecordBatchReader, a Parquet
     path, or an iterable of record batches.  ``strategy``: ``"symmetric"``,
-    ``"asymmetric"``, ``"bulk"``, ``"auto"`` or a :class:`Strategy`.  ``order``:
-    ``"small-first"`` loads the whole small side first; ``"interleaved"`` alternates
-    batches as a stream would (the small side finishes first); ``"as-given"`` loads
-    left then right.  ``sink`` receives every non-empty output delta.  ``sizes``
-    (``{"left": n, "right": m}``) tells the driver the row counts when the inputs
-    cannot; otherwise it counts.  The small side is never inferred from its name.
+    ``"asymmetric"`` (the default), ``"bulk"``, ``"auto"`` or a :class:`Strategy`.
+    ``order``: ``"small-first"`` (the default) loads the whole small side first;
+    ``"interleaved"`` alternates batches as a stream would (the small side finishes
+    first); ``"as-given"`` loads left then right.  ``sizes`` (``{"left": n, "right":
+    m}``) tells the driver the row counts when the inputs cannot; otherwise it counts.
+    The small side is never inferred from its name.  ``batch_rows`` (default 65,536)
+    cuts tables and Parquet files into batches.
 
-    ``go_live=False`` leaves the join in the population phase, for drivers that load
-    the sides in separate calls (Spark runs the small side's job, then the big side's).
+    ``sink`` receives every non-empty output delta; a sink that takes a second argument
+    also gets the :class:`~population.OutputBatch` ``(side, index)`` of the input batch
+    it comes from.  Delivery is **at least once, with an exact re-delivery range**: a
+    batch's output is delivered before the batch is durable, so a crash never loses an
+    output; a resumed call reports in ``report.redelivered`` the first batch index per
+    side whose output it delivers again, and delivers every later batch's output once.
+    Dropping the interrupted run's outputs of batches ``>= redelivered[side]`` (or
+    keeping the last delivery per ``(side, index)``) gives exactly the output of an
+    uninterrupted run.
+
+    **Interruptions.** Each batch commits its side's progress marker in its own
+    transaction (:mod:`population.resume`), so after a crash, a kill -9 or an exception
+    the state holds a known prefix of each input.  ``populate`` on such a join raises
+    :class:`~population.PopulationInterruptedError` naming each side's progress; with
+    ``resume=True`` it continues instead: it reads each input again, skips the batches
+    already loaded (checking their digest: a changed input raises
+    ``PopulationInterruptedError``), and reuses the interrupted run's strategy, order,
+    small side and ``batch_rows`` (an explicit argument that contradicts them is an
+    error naming it).  The result (state, summed output with the re-delivered range
+    dropped) equals an uninterrupted run's.  ``resume=True`` on a join with no
+    interrupted population is an ordinary call.  The other remedy is
+    ``store.drop_join(name)``, then create and populate the join again.  The markers are
+    cleared when the join goes live (a ``go_live=False`` call leaves them, both sides
+    ``done``, for the next call to clear: it is not an interruption).
+
+    ``go_live`` (default True) moves the join to the live phase at the end;
+    ``go_live=False`` leaves it in the population phase, for drivers that load the sides
+    in separate calls (Spark runs the small side's job, then the big side's).
     ``sample_interval`` is the least number of seconds between two samples of the L0
     file counts, pending compaction bytes and RSS; the guard's thresholds are checked at
     each sample, so 0 checks them after every batch.
 
     The resulting state and the sum of the output deltas do not depend on the strategy
     or the order.  Auto-compaction is re-enabled on every column family on every exit
-    path.  Returns a :class:`Report`.
+    path (and a store reopened after a crash starts with it on).  Returns a
+    :class:`Report`.
     """
-    if order not in ORDERS:
+    if order is not None and order not in ORDERS:
         raise PopulationError(f"order={order!r} must be one of {ORDERS}")
     if not sample_interval >= 0:
         raise PopulationError(f"sample_interval={sample_interval!r} must be >= 0 seconds")
+    if batch_rows is not None and (isinstance(batch_rows, bool)
+                                   or not isinstance(batch_rows, int) or batch_rows < 1):
+        raise PopulationError(f"batch_rows={batch_rows!r} must be an int >= 1")
     store = join.store
     if store is None or store.closed:
         raise PopulationError(f"join {join.name!r} is bound to a closed state store")
@@ -316,63 +522,112 @@ def populate(
             raise PopulationError(
                 f"sizes={dict(sizes)!r} must map 'left'/'right' to row counts >= 0"
             )
-    sources = {"left": Source("left", left, batch_rows), "right": Source("right", right,
-                                                                          batch_rows)}
-    known: dict[str, int | None] = {s: sources[s].rows for s in SIDES}
-    if sizes:
-        known.update(sizes)
+    found = markers(join)
+    if completed(found):  # an earlier go_live=False call finished: start afresh
+        join.clear_progress()
+        found = {}
+    if found and not resume:
+        raise_interrupted(join, found)
+    # Nothing of this join is being ingested now (one writer): staging files are leftovers.
+    remove_staging(store.path, join.name)
+    data = {"left": left, "right": right}
+    identity: dict[str, dict[str, Any] | None] = {s: source_identity(data[s]) for s in SIDES}
 
     small: SideName
-    if isinstance(strategy, Strategy) and strategy.small_side is not None:
-        small, small_from = strategy.small_side, "strategy"
-    elif known["left"] is not None and known["right"] is not None:
-        small = small_side({"left": known["left"], "right": known["right"]})
-        small_from = "sizes"
+    sources: dict[str, Source]
+    last: dict[str, Any] = {}
+    if found:
+        rec = next(iter(found.values()))
+        for other in found.values():
+            if (other.strategy, other.order, other.small, other.batch_rows) != (
+                    rec.strategy, rec.order, rec.small, rec.batch_rows):
+                raise_interrupted(join, found, "the two sides' progress markers disagree on "
+                                  "the run's parameters")
+        bad = _conflicts(strategy, order, batch_rows, rec)
+        if bad:
+            raise PopulationError(
+                f"join {join.name!r}: resume=True continues the interrupted population with "
+                f"its own parameters; these arguments contradict them: {'; '.join(bad)}. "
+                "Leave them out (or pass the same values)"
+            )
+        try:
+            strat = Strategy(**rec.strategy)
+        except TypeError as exc:
+            raise_interrupted(join, found, f"its strategy is unreadable ({exc})")
+        order, small, small_from = rec.order, rec.small, rec.small_from  # type: ignore[assignment]
+        batch_rows = rec.batch_rows
+        sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
+        for s, m in found.items():
+            last[s] = _skip(join, m.side, sources[s], m, found, identity[s])
+        known: dict[str, int | None] = {s: sources[s].rows for s in SIDES}
     else:
-        small, counted_sizes = count_small(sources)
-        small_from = "counted"
-        known = {s: known[s] if known[s] is not None else counted_sizes[s] for s in SIDES}
+        order = order or "small-first"
+        batch_rows = batch_rows or DEFAULT_BATCH_ROWS
+        sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
+        known = {s: sources[s].rows for s in SIDES}
+        if sizes:
+            known.update(sizes)
+        strategy = "asymmetric" if strategy is None else strategy
+        if isinstance(strategy, Strategy) and strategy.small_side is not None:
+            small, small_from = strategy.small_side, "strategy"
+        elif known["left"] is not None and known["right"] is not None:
+            small = small_side({"left": known["left"], "right": known["right"]})
+            small_from = "sizes"
+        else:
+            small, counted_sizes = count_small(sources)
+            small_from = "counted"
+            known = {s: known[s] if known[s] is not None else counted_sizes[s] for s in SIDES}
 
-    if isinstance(strategy, Strategy):
-        strat = strategy
-    elif strategy == "auto":
-        big: SideName = "right" if small == "left" else "left"
-        strat = choose(
-            known, {s: sources[s].snapshot for s in SIDES},
-            append_only_big=join.index(big).bulk_loadable,
-        )
-        if known[big] is None and small_from == "counted":
-            strat = strat.replace(reason=strat.reason + f" ({small} side counted smaller)")
-    elif isinstance(strategy, str):
-        strat = preset(strategy)
-    else:
-        raise PopulationError(
-            f"strategy must be a name or a population.Strategy, got {type(strategy).__name__}"
-        )
+        if isinstance(strategy, Strategy):
+            strat = strategy
+        elif strategy == "auto":
+            big: SideName = "right" if small == "left" else "left"
+            strat = choose(
+                known, {s: sources[s].snapshot for s in SIDES},
+                append_only_big=join.index(big).bulk_loadable,
+            )
+            if known[big] is None and small_from == "counted":
+                strat = strat.replace(reason=strat.reason + f" ({small} side counted smaller)")
+        elif isinstance(strategy, str):
+            strat = preset(strategy)
+        else:
+            raise PopulationError(
+                f"strategy must be a name or a population.Strategy, got "
+                f"{type(strategy).__name__}"
+            )
 
     total = None
     if known["left"] is not None and known["right"] is not None:
         total = known["left"] + known["right"]
     bar = Progress(progress, total, f"populate {join.name}")
-    run = _Run(join, store, strat, small, order, sources, sink, bar, sample_interval)
+    run = _Run(join, store, strat, small, order, sources, sink, bar, sample_interval,
+               small_from=small_from, batch_rows=batch_rows, identity=identity,
+               go_live=go_live)
+    # A side without a marker has nothing durable: its outputs all come again.
+    redelivered: dict[str, int] = dict.fromkeys(SIDES, 0) if found else {}
+    for s, m in found.items():
+        run.index[s], run.total_rows[s], run.digest[s] = m.batches, m.rows, m.digest
+        redelivered[s] = m.batches
     before = statistics_counters(store.statistics())
-    log.info("populating %s with %s (%s), order %s, small side %s (%s)", join.name,
-             strat.name, strat.reason or "given", order, small, small_from)
+    log.info("%s %s with %s (%s), order %s, small side %s (%s)",
+             "resuming" if found else "populating", join.name, strat.name,
+             strat.reason or "given", order, small, small_from)
     failed = True
     try:
         with guarded(run.control):
             try:
-                if strat.wal is False:
-                    with store.wal_disabled():
-                        run.run()
-                else:
-                    run.run()
+                for s, m in found.items():
+                    if run.redeliver_recorded(m.side, last.get(s)):
+                        redelivered[s] -= 1
+                run.run()
                 run.dispatch(PopulationEnded(failed=False))
                 failed = False
             finally:
                 if failed:
+                    # The markers stay as they are: a resume continues from them.
                     if run.ingester is not None:
                         run.ingester.discard()
+                    if not store.closed:
                         join.reload()
                     try:
                         run.dispatch(PopulationEnded(failed=True))
@@ -381,6 +636,7 @@ def populate(
                 run.restore_write_buffer()
         if go_live:
             join.set_phase("live")
+            join.clear_progress()  # a live join with stale markers is finished all the same
     finally:
         bar.close()
         if run.ingester is not None:
@@ -411,6 +667,7 @@ def populate(
         l0_max=run.l0_max, state_bytes=_dir_bytes(store.path), rss_start=run.rss_start,
         peak_rss=run.peak_rss,
         actions=[dict(vars(a)) for a in run.control.actions], phase=join.phase,
+        resumed={s: m.summary() for s, m in found.items()}, redelivered=redelivered,
     )
     log.info("population of %s done:\n%s", join.name, report.summary())
     return report

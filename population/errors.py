@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from joinstate import BulkWriteRefused, JoinStateError
 
-__all__ = ["BulkLoadRefused", "PopulationError"]
+__all__ = ["BulkLoadRefused", "PopulationError", "PopulationInterruptedError"]
 
 
 class PopulationError(JoinStateError, ValueError):
     """Population was asked for something it cannot do; the message names the argument."""
+
+
+class PopulationInterruptedError(PopulationError):
+    """The join holds a population that was interrupted (a crash or an exception).
+
+    Raised by :func:`population.populate` without ``resume=True`` (the message gives each
+    side's progress and both remedies), and with it when the inputs no longer match what
+    was loaded.  ``progress`` maps each side to its durable marker, as a dict.
+    """
+
+    def __init__(self, message: str, progress: dict[str, dict[str, object]] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.progress = progress or {}
 
 
 BulkLoadRefused = BulkWriteRefused

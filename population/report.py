@@ -45,6 +45,13 @@ class Report:
     the disk: WAL + memtable flushes + compaction output + ingested SST files.
     ``l0_samples`` is ``[seconds since start, {column family: L0 files}]`` sampled at most
     every ``sample_interval`` seconds; ``actions`` lists every compaction switch.
+
+    A resumed population (``populate(..., resume=True)``) reports what *this call* did in
+    ``sides`` and the output fields; ``resumed`` gives, per side, what the interrupted
+    run had durably loaded (``batches``, ``rows``, ``done``: skipped here), and
+    ``redelivered`` the first batch index per side whose output this call delivers
+    again (outputs of batches ``>= redelivered[side]`` that the interrupted run delivered
+    are delivered again; earlier ones never are).  Both are empty for a fresh run.
     """
 
     join: str
@@ -67,6 +74,8 @@ class Report:
     peak_rss: int = 0
     actions: list[dict[str, Any]] = field(default_factory=list)
     phase: str = "live"
+    resumed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    redelivered: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -130,6 +139,12 @@ class Report:
             f"join {self.join}: strategy {self.strategy.get('name')} ({self.reason or 'given'})"
             f", order {self.order}, small side {self.small_side} ({self.small_side_from})",
         ]
+        if self.resumed:
+            lines.append("  resumed: " + ", ".join(
+                f"{s} after {r['batches']} batches ({r['rows']:,} rows)"
+                for s, r in sorted(self.resumed.items())
+            ) + "; outputs re-delivered from batch " + ", ".join(
+                f"{s} {i}" for s, i in sorted(self.redelivered.items())))
         for name, s in self.sides.items():
             lines.append(
                 f"  {name:<5} {s.rows:>12,} rows {s.batches:>6} batches {s.seconds:8.2f} s "

@@ -35,7 +35,9 @@ class Strategy:
     counting).  Memtables apply to each side's index column family and need an empty
     family (RocksDB cannot change a memtable at run time).  ``bulk`` writes append-only
     batches as sorted SST files that are ingested, in runs of up to ``bulk_run_rows``
-    rows.  ``wal=False`` turns the WAL off during population and flushes at the end.
+    rows.  Population always writes through the WAL: with it, the data, counters and
+    progress markers of every batch are durable together, which is what lets an
+    interrupted population resume (the bulk-written big side skips the WAL anyway).
     ``big_write_buffer_size`` shrinks the big side's memtable at run time (small memtables
     are cheaper to insert into when nothing reads them).  ``l0_limit`` and
     ``pending_bytes_limit`` are the guard's thresholds.
@@ -48,7 +50,6 @@ class Strategy:
     big_memtable: Memtable | None = None
     bulk: bool = False
     bulk_run_rows: int = 2_000_000
-    wal: bool | None = None
     big_write_buffer_size: int | None = None
     l0_limit: int = 100
     pending_bytes_limit: int | None = None
@@ -80,8 +81,6 @@ class Strategy:
             problems.append(f"l0_limit={self.l0_limit!r} must be an int >= 1")
         if self.pending_bytes_limit is not None and self.pending_bytes_limit < 1:
             problems.append(f"pending_bytes_limit={self.pending_bytes_limit!r} must be >= 1")
-        if self.wal not in (None, True, False):
-            problems.append(f"wal={self.wal!r} must be a bool or None (store default)")
         if problems:
             raise PopulationError("invalid Strategy: " + "; ".join(problems))
 
@@ -111,10 +110,10 @@ class Strategy:
 
     @classmethod
     def bulk_load(cls) -> Strategy:
-        """Beyond Epsio: sorted SST files ingested, WAL off, no compaction during load."""
+        """Beyond Epsio: sorted SST files ingested, no compaction during load."""
         return cls(
             "bulk", compaction="bulk-load", small_memtable="hash_skip_list",
-            big_memtable="skiplist", bulk=True, wal=False,
+            big_memtable="skiplist", bulk=True,
         )
 
 

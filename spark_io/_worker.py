@@ -25,16 +25,25 @@ What survives a task retry (or the same operation run again):
   carrying the operation's commit id, with the output recorded in that same batch.  A
   retried task finds the id committed, applies nothing, and rewrites the Parquet file
   from the recorded output: exactly-once state, identical output.
-* ``populate`` is a one-shot bulk load (many WriteBatches, SST ingestion).  Each side
-  is marked loaded per shard when it finishes; a retried task finds the side loaded
-  (or half loaded, with rows but no mark) and raises
-  :class:`~spark_io.errors.PopulationStateError` rather than loading anything twice.
+* ``populate`` is a bulk load of many batches, each committed with the population's
+  durable progress marker (:mod:`population.resume`).  Its output goes to one Parquet
+  file per input batch, ``<side>-shard-<shard>-<batch index>.parquet``, each written
+  under a hidden name and renamed, so a file is complete or absent and delivering a
+  batch's output again replaces the file.  A retried task (attempt > 0), or any task
+  of ``SparkJoin.populate(resume=True)``, finds its shard half loaded and *resumes*:
+  it removes the output files of the batches the state does not hold, then
+  ``population.populate(..., resume=True)`` skips the batches it does hold (checking
+  their digest) and loads and delivers the rest.  A first attempt that finds an
+  interrupted population raises :class:`~spark_io.errors.PopulationStateError`
+  (the driver asks for ``resume=True``).  Each side is marked loaded per shard when it
+  finishes; a task finding its side marked has nothing to do and reports a replay.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 import uuid
 from contextlib import contextmanager
@@ -236,12 +245,14 @@ def _report(shard: int, side: str, rows_in: int, rows_out: int, seconds: float,
 
 def populate_shard(
     join: Join, side: SideName, batches: Iterator[pa.Table], *, strategy: str,
-    sizes: dict[str, int] | None, sink: Callable[[pa.Table], Any], go_live: bool = True,
+    sizes: dict[str, int] | None, sink: Callable[..., Any], go_live: bool = True,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Load ``batches`` into ``side`` of one shard's join; output deltas go to ``sink``.
 
     ``go_live`` is False for the first (small side's) job, so the join stays in the
-    population phase until the second job has loaded the other side.
+    population phase until the second job has loaded the other side.  ``resume``
+    continues an interrupted population of this shard (see the module docstring).
 
     The ``population`` driver runs with the other side empty (that side is loaded, or
     will be, by the other job) and the join's strategy.  Returns a JSON-able report.
@@ -251,9 +262,63 @@ def populate_shard(
     sources: dict[SideName, Any] = {side: batches, other: []}
     report = population.populate(
         join, sources["left"], sources["right"], strategy=strategy, order="small-first",
-        sink=sink, progress=False, sizes=sizes, go_live=go_live,
+        sink=sink, progress=False, sizes=sizes, go_live=go_live, resume=resume,
     )
     return {"driver": "population", **report.to_dict()}
+
+
+class _BatchFiles:
+    """Population output of one shard: one Parquet file per input batch, atomically."""
+
+    def __init__(self, directory: Path, shard: int) -> None:
+        self.directory = directory
+        self.shard = shard
+        self.rows = 0
+
+    def path(self, side: str, index: int) -> Path:
+        return self.directory / f"{side}-shard-{self.shard:05d}-{index:08d}.parquet"
+
+    def write(self, table: pa.Table, batch: population.OutputBatch) -> None:
+        """Write (or replace: a re-delivery) the output of one input batch."""
+        path = self.path(batch.side, batch.index)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            pq.write_table(table, str(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.rows += table.num_rows
+
+    def remove_from(self, side: str, first: int) -> None:
+        """Remove the files of ``side``'s batches ``>= first`` (and temporary files)."""
+        prefix = f"{side}-shard-{self.shard:05d}-"
+        if not self.directory.exists():
+            return
+        for f in self.directory.iterdir():
+            name = f.name.lstrip(".")
+            if not name.startswith(prefix):
+                continue
+            if f.name.startswith("."):
+                f.unlink(missing_ok=True)  # an attempt's unfinished file
+                continue
+            try:
+                index = int(name[len(prefix):].split(".")[0])
+            except ValueError:
+                continue
+            if index >= first:
+                f.unlink(missing_ok=True)
+
+
+def _task_attempt() -> int:
+    """The current Spark task's attempt number (0 for the first; 0 outside Spark)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return 0
+    ctx = TaskContext.get()
+    return 0 if ctx is None else int(ctx.attemptNumber())
 
 
 # ---- tasks ----------------------------------------------------------------------------------
@@ -279,6 +344,7 @@ class PopulateTask(_ShardTask):
     """Load one side of every shard this task receives (population job 1 or 2).
 
     ``final`` is true for the second job: the shard goes live when it is done.
+    ``resume`` continues interrupted populations (a retried attempt always does).
     """
 
     side: SideName = "left"
@@ -286,43 +352,73 @@ class PopulateTask(_ShardTask):
     strategy: str = "auto"
     sizes: dict[str, int] | None = None
     final: bool = False
+    resume: bool = False
 
     @property
     def marker(self) -> str:
         return f"spark-populate:{self.side}"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        resume = self.resume or _task_attempt() > 0
         for shard, pieces in by_shard(batches):
             t0 = time.perf_counter()
             with self.open(shard) as join:
-                self._check_fresh(join, shard)
-                path = Path(self.output_dir) / f"{self.side}-shard-{shard:05d}.parquet"
+                if self._loaded(join):
+                    # Loaded by an earlier attempt or run (which may have died after its
+                    # population finished, before marking the side): its output files
+                    # are complete.
+                    if not join.committed(self.marker):
+                        join.push(self.side, self.manifest.side(self.side).schema.empty_table(),
+                                  commit_id=self.marker)
+                    for _ in pieces:
+                        pass
+                    yield _report(shard, self.side, 0, 0, time.perf_counter() - t0,
+                                  replayed=True)
+                    continue
+                first = self._resume_point(join, shard, resume)
+                files = _BatchFiles(Path(self.output_dir), shard)
+                files.remove_from(self.side, first)
                 counted = _Counted(self.conformed(self.side, pieces))
-                with parquet_out(path) as out:
-                    detail = populate_shard(join, self.side, iter(counted),
-                                            strategy=self.strategy, sizes=self.sizes,
-                                            sink=out.write, go_live=self.final)
+                detail = populate_shard(join, self.side, iter(counted),
+                                        strategy=self.strategy, sizes=self.sizes,
+                                        sink=files.write, go_live=self.final, resume=resume)
                 # Mark this side loaded (an empty push: just the commit id, one WriteBatch).
                 join.push(self.side, self.manifest.side(self.side).schema.empty_table(),
                           commit_id=self.marker)
                 join.set_phase("live" if self.final else "population")
-            yield _report(shard, self.side, counted.rows, out.rows,
+            yield _report(shard, self.side, counted.rows, files.rows,
                           time.perf_counter() - t0, detail=detail)
 
-    def _check_fresh(self, join: Join, shard: int) -> None:
-        where = f"shard {shard} of join {join.name!r} in {self.state_dir}"
+    def _loaded(self, join: Join) -> bool:
+        """Whether this side of the shard is loaded.
+
+        Marked, or its population finished (and the attempt died before marking it):
+        live for the second job, both progress markers done for the first.
+        """
         if join.committed(self.marker):
+            return True
+        if self.final:
+            return join.phase == "live"
+        return population.completed(population.markers(join))
+
+    def _resume_point(self, join: Join, shard: int, resume: bool) -> int:
+        """The first batch of this side whose output this attempt delivers (again)."""
+        where = f"shard {shard} of join {join.name!r} in {self.state_dir}"
+        found = population.interrupted(join)
+        if found and not resume:
+            progress = "; ".join(f"{s} side: {m.describe()}" for s, m in sorted(found.items()))
             raise PopulationStateError(
-                f"{where}: the {self.side} side is already populated (populate() ran before, "
-                "or Spark retried a task that had finished); population loads a shard "
-                "once: use apply() for changes, or a new state_dir to repopulate"
+                f"{where}: an earlier populate() was interrupted midway ({progress}); call "
+                "populate(resume=True) to continue it, or use a new state_dir"
             )
-        if side_rows(join, self.side):
+        if not found and side_rows(join, self.side):
             raise PopulationStateError(
-                f"{where}: the {self.side} side holds rows but was never marked populated: "
-                "an earlier population task failed midway (or apply() ran before "
-                "populate()); delete the state_dir and populate again"
+                f"{where}: the {self.side} side holds rows but no population ran on it "
+                "(apply() before populate()?); population loads an empty side: use a new "
+                "state_dir to repopulate"
             )
+        mine = found.get(self.side)
+        return mine.batches if mine is not None else 0
 
 
 class _Counted:

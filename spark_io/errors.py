@@ -12,6 +12,7 @@ import re
 
 import joinstate.errors as core_errors
 from joinstate.errors import JoinStateError, StateLockedError
+from population.errors import PopulationError, PopulationInterruptedError
 
 __all__ = [
     "ManifestError",
@@ -42,9 +43,9 @@ class ManifestError(SparkIOError, ValueError):
 class PopulationStateError(SparkIOError):
     """A shard's state is not what the population step expects.
 
-    Population is a one-shot bulk load: a shard whose side was already loaded (a
-    second ``populate()``, or a task retried after it finished) or half loaded (a task
-    that failed midway) is refused instead of being loaded twice.
+    Population loads a state directory once: a second ``populate()`` is refused, and so
+    is a half-loaded shard (an earlier ``populate()`` that failed midway) unless
+    ``populate(resume=True)`` continues it; a retried task resumes on its own.
     """
 
 
@@ -56,7 +57,9 @@ _CORE = {
     name: getattr(core_errors, name)
     for name in core_errors.__all__
 }
-_IN_TRACEBACK = re.compile(r"\b(?:spark_io\.errors|joinstate\.errors)\.(\w+): ([^\n]*)")
+_POPULATION = {cls.__name__: cls for cls in (PopulationError, PopulationInterruptedError)}
+_IN_TRACEBACK = re.compile(
+    r"\b(?:spark_io\.errors|joinstate\.errors|population\.errors)\.(\w+): ([^\n]*)")
 
 
 def translate_task_error(exc: BaseException) -> JoinStateError | None:
@@ -67,7 +70,7 @@ def translate_task_error(exc: BaseException) -> JoinStateError | None:
     """
     matches = _IN_TRACEBACK.findall(str(exc))
     for name, message in reversed(matches):
-        cls = _LOCAL.get(name) or _CORE.get(name)
+        cls = _LOCAL.get(name) or _CORE.get(name) or _POPULATION.get(name)
         if cls is not None:
             return cls(f"{message} (raised in a Spark task)")
     return None

@@ -17,9 +17,10 @@ any number of times (``count()``, ``show()``, ``collect()``) reads the same rows
 never touches the state.  Eagerness is deliberate: a lazily applied change would be
 applied in whatever order actions happen to run, and a change DataFrame over a growing
 source could differ between evaluations.  Within a job, task retries are covered by
-commit ids (``apply``, the streaming sink) or refused (``populate``); see
-:mod:`spark_io._worker`.  ``apply(..., op_id=...)`` with an id used before returns the
-recorded output instead of applying again, which makes a driver-side retry safe too.
+commit ids (``apply``, the streaming sink) or resumed from durable progress markers
+(``populate``); see :mod:`spark_io._worker`.  ``apply(..., op_id=...)`` with an id used
+before returns the recorded output instead of applying again, which makes a driver-side
+retry safe too.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ class SparkJoin:
     # ---- population -----------------------------------------------------------------------
 
     def populate(self, strategy: str = "auto", *,
-                 small_side: SideName | None = None) -> DataFrame:
+                 small_side: SideName | None = None, resume: bool = False) -> DataFrame:
         """Load the snapshot DataFrames; return the initial output (left, right, ``_weight``).
 
         Two Spark jobs, small side first (the side with fewer rows, or ``small_side``),
@@ -178,6 +179,17 @@ class SparkJoin:
         Eager (see the module docstring); the combined report is :attr:`last_report`
         and ``<state_dir>/_spark/reports/<operation>.json``.  Population happens once per
         state directory.
+
+        Failures.  A retried task resumes its shard where the failed attempt stopped
+        (see :mod:`spark_io._worker`).  If the whole call failed (the job ran out of task
+        attempts, the driver died), calling ``populate(resume=True)`` on the same
+        snapshots continues it: shards already loaded are skipped, half-loaded ones
+        resume, and the returned DataFrame holds exactly the output of an uninterrupted
+        run (one file per input batch, re-delivered batches replace their file).  Without
+        ``resume=True`` such a call raises :class:`PopulationStateError`; the other remedy
+        is a new ``state_dir``.  Within a partition, rows are sorted before loading so
+        that a resumed task sees the same batches as the failed one (resuming checks a
+        digest of the batches it skips and refuses input that changed).
         """
         if self._snapshots is None:
             raise SparkIOError(
@@ -189,25 +201,49 @@ class SparkJoin:
                 f"join {self.name!r} in {self.state_dir} was populated already (operation "
                 f"{self.manifest.populated}); use apply() for changes, or a new state_dir"
             )
+        running = self.manifest.populating
+        if running is not None and not resume:
+            raise PopulationStateError(
+                f"join {self.name!r} in {self.state_dir}: populate() (operation "
+                f"{running.get('operation')}) was interrupted midway; call "
+                "populate(resume=True) with the same snapshots to continue it, or use a new "
+                "state_dir"
+            )
         t0 = time.perf_counter()
         counts: dict[str, int] = {s: self._snapshots[s].count() for s in _SIDES}
         small: SideName = small_side or choose_small_side(counts)
         if small not in _SIDES:
             raise SchemaMismatchError(f"small_side={small!r} must be 'left' or 'right'")
+        if running is not None:
+            for name, mine, theirs in (("small_side", small, running.get("small_side")),
+                                       ("strategy", strategy, running.get("strategy"))):
+                if mine != theirs:
+                    raise PopulationStateError(
+                        f"join {self.name!r}: resume=True continues the interrupted populate() "
+                        f"with {name}={theirs!r}; got {name}={mine!r}"
+                    )
+            op = str(running["operation"])
+        else:
+            op = _operation_id("populate")
+            self.manifest = self.manifest.replace(populating={
+                "operation": op, "small_side": small, "strategy": strategy})
+            self.manifest.write(self.state_dir)
         big: SideName = "right" if small == "left" else "left"
         sizes: dict[str, int] = {s: math.ceil(counts[s] / self.shards) for s in _SIDES}
-        op = _operation_id("populate")
         out_dir = self._output_dir(op)
         jobs = []
         for side, final in ((small, False), (big, True)):
             task = PopulateTask(
                 self.manifest, str(self.state_dir), options_to_dict(self.options), side=side,
                 output_dir=str(out_dir), strategy=strategy, sizes=sizes, final=final,
+                resume=resume,
             )
-            routed = route(self._snapshot_rows(side), self.manifest, side)
+            rows = self._snapshot_rows(side)
+            # A deterministic order per shard: a resumed task must meet the same batches.
+            routed = route(rows, self.manifest, side).sortWithinPartitions(*rows.columns)
             jobs.append(self._run_job(routed, task, side))
         self._control(go_live=True)
-        self.manifest = self.manifest.replace(populated=op)
+        self.manifest = self.manifest.replace(populated=op, populating=None)
         self.manifest.write(self.state_dir)
         self._finish(SparkReport(
             join=self.name, operation=op, kind="populate", shards=self.shards,

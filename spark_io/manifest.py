@@ -9,7 +9,9 @@ where a row goes and how it is stored:
 * the join spec: both sides' Arrow schemas (Spark schemas follow from them), join
   keys, unique keys, ``how`` and suffixes; every shard's catalog holds the same spec,
   and ``StateStore.join`` refuses a shard whose spec differs;
-* the population step (its operation id) once it has completed.
+* the population step: its operation id while it runs (``populating``: kept if it
+  fails, so that ``populate(resume=True)`` continues into the same output directory)
+  and once it has completed (``populated``).
 
 Layout of a state directory::
 
@@ -84,6 +86,7 @@ class Manifest:
     suffixes: tuple[str, str] = ("", "_right")
     populated: str | None = None
     partitioner: str = PARTITIONER
+    populating: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) \
@@ -128,7 +131,8 @@ class Manifest:
     def to_json(self) -> str:
         """The manifest file's text."""
         return json.dumps(
-            {"format": FORMAT, **self.spec(), "populated": self.populated},
+            {"format": FORMAT, **self.spec(), "populated": self.populated,
+             "populating": self.populating},
             indent=2, sort_keys=True,
         )
 
@@ -151,6 +155,7 @@ class Manifest:
                 right=_side_from_json(raw["right"], where),
                 how=str(raw["how"]), suffixes=(str(raw["suffixes"][0]), str(raw["suffixes"][1])),
                 populated=raw.get("populated"), partitioner=str(raw["partitioner"]),
+                populating=raw.get("populating"),
             )
         except (KeyError, IndexError, TypeError) as exc:
             raise ManifestError(f"{where} lacks a field: {exc!r}") from exc

@@ -280,6 +280,102 @@ def test_bad_arguments_name_the_culprit(tmp_path: Any) -> None:
             population.populate(j, left, right)
 
 
+def failing(batches: list[pa.RecordBatch], after: int) -> Any:
+    for i, b in enumerate(batches):
+        if i == after:
+            raise RuntimeError("injected failure mid-population")
+        yield b
+
+
+@pytest.mark.parametrize("strategy", ["symmetric", "asymmetric", "bulk"])
+@pytest.mark.parametrize("order", ["small-first", "interleaved"])
+def test_exception_midway_then_resume_is_exact(tmp_path: Any, strategy: str, order: str
+                                               ) -> None:
+    """An exception in the middle leaves a known prefix; populate again refuses (no
+    doubled bag rows, no misleading UniqueKeyViolationError); resume=True finishes it."""
+    left, right = make_data(10, n_left=400, n_right=3000)
+    lb, rb = left.to_batches(max_chunksize=100), right.to_batches(max_chunksize=200)
+    expected = oracle(zset_from_table(left, L_SCHEMA.names),
+                      zset_from_table(right, R_SCHEMA.names), "full")
+    strat: Any = (population.Strategy.bulk_load().replace(bulk_run_rows=700)
+                  if strategy == "bulk" else strategy)
+    sizes = {"left": left.num_rows, "right": right.num_rows}
+    outs: dict[tuple[str, int], pa.Table] = {}
+
+    def sink(t: pa.Table, b: population.OutputBatch) -> None:
+        outs[(b.side, b.index)] = t  # idempotent: a re-delivery replaces
+
+    with joinstate.StateStore(tmp_path / "s") as store:
+        ls, rs = sides()
+        j = store.join("j", left=ls, right=rs, how="full")
+        with pytest.raises(RuntimeError, match="injected"):
+            population.populate(j, lb, failing(rb, 9), strategy=strat, order=order,
+                                sink=sink, progress=False, sizes=sizes)
+        found = population.interrupted(j)
+        assert found["right"].batches <= 9 and found["left"].batches >= 1
+        for again in (lambda: population.populate(j, lb, rb, progress=False),
+                      lambda: population.populate(j, lb, rb, strategy=strat, order=order,
+                                                  progress=False, sizes=sizes)):
+            with pytest.raises(population.PopulationInterruptedError,
+                               match=r"join 'j' .*interrupted population.*right side: "
+                                     r"\d+ batches.*resume=True.*drop_join\('j'\)") as err:
+                again()
+            assert err.value.progress["right"]["batches"] == found["right"].batches
+        rep = population.populate(j, lb, rb, sink=sink, progress=False, resume=True)
+        assert rep.resumed == {s: m.summary() for s, m in found.items()}
+        assert rep.redelivered == {s: found[s].batches for s in ("left", "right")}
+        assert rep.strategy["name"] == strategy and rep.order == order
+        assert rep.sides["right"].batches == len(rb) - found["right"].batches
+        out = zset_add(*(zset_from_table(t, out_columns(j)) for t in outs.values()))
+        assert out == expected
+        assert zset_from_table(j.state("left"), L_SCHEMA.names) == zset_from_table(
+            left, L_SCHEMA.names)
+        assert zset_from_table(j.state("right"), R_SCHEMA.names) == zset_from_table(
+            right, R_SCHEMA.names)
+        assert j.phase == "live" and population.interrupted(j) == {}
+        assert j.progress("left") is None and j.progress("right") is None
+        store.verify()
+
+
+def test_sides_loaded_in_separate_calls(tmp_path: Any) -> None:
+    """go_live=False leaves both markers done (not an interruption); the next call
+    clears them and starts afresh; going live clears them for good."""
+    left, right = make_data(12)
+    outs: list[pa.Table] = []
+    with joinstate.StateStore(tmp_path / "s") as store:
+        ls, rs = sides()
+        j = store.join("j", left=ls, right=rs, how="full")
+        population.populate(j, left, [], sink=outs.append, progress=False, go_live=False,
+                            sizes={"left": 1, "right": 2})
+        found = population.markers(j)
+        assert population.completed(found) and population.interrupted(j) == {}
+        assert found["left"].batches == 1 and found["right"].batches == 0
+        assert j.phase == "population"
+        population.populate(j, [], right, sink=outs.append, progress=False,
+                            sizes={"left": 1, "right": 2})
+        assert j.phase == "live" and population.markers(j) == {}
+        out = zset_add(*(zset_from_table(t, out_columns(j)) for t in outs))
+        assert out == oracle(zset_from_table(left, L_SCHEMA.names),
+                             zset_from_table(right, R_SCHEMA.names), "full")
+
+
+def test_sink_with_two_arguments_gets_the_batch(tmp_path: Any) -> None:
+    left, right = make_data(11)
+    got: list[population.OutputBatch] = []
+    with joinstate.StateStore(tmp_path / "s") as store:
+        ls, rs = sides()
+        j = store.join("j", left=ls, right=rs, how="left")
+        rep = population.populate(j, left, right, sink=lambda _t, b: got.append(b),
+                                  progress=False, batch_rows=250)
+    assert got[0] == population.OutputBatch("left", 0)  # null-extended customers
+    right_batches = [b.index for b in got if b.side == "right"]
+    assert right_batches == list(range(rep.sides["right"].batches))
+    assert rep.resumed == {} and rep.redelivered == {}
+    assert population.Report.from_dict(json.loads(rep.to_json())) == rep
+    with pytest.raises(TypeError, match="wal"):
+        population.Strategy("x", wal=False)  # type: ignore[call-arg]
+
+
 def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty:
         def isatty(self) -> bool:

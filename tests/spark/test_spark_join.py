@@ -8,9 +8,10 @@ against a LongType key on the other.
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -35,10 +36,12 @@ from sparkdata import (
 
 import joinstate
 import spark_io
+from spark_io._worker import PopulateTask
 from spark_io.manifest import shard_path
 from spark_io.routing import ShardRouter, partition_keys
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from pyspark.sql import SparkSession
@@ -188,8 +191,9 @@ def test_populate_runs_once(spark: SparkSession, tmp_path: Path) -> None:
         again.populate()
 
 
-def test_half_loaded_shard_is_refused(spark: SparkSession, tmp_path: Path) -> None:
-    """What a retried population task finds after a failure midway: rows, but no mark."""
+def test_shard_loaded_outside_population_is_refused(spark: SparkSession, tmp_path: Path
+                                                    ) -> None:
+    """A shard whose side holds rows that no population put there (no progress marker)."""
     rng = random.Random(12)
     left, right = Counter(customers(rng, 20)), Counter(sales(rng, 50, 25))
     job = make_job(spark, tmp_path, "inner", left, right, shards=2)
@@ -199,8 +203,59 @@ def test_half_loaded_shard_is_refused(spark: SparkSession, tmp_path: Path) -> No
             {"c_customer_sk": None, "c_name": "half", "c_birth": None, "c_balance": None,
              "c_flag": None, "c_seen": None, "c_score": None}],
             schema=job.manifest.left.schema))
-    with pytest.raises(spark_io.PopulationStateError, match="failed midway"):
+    with pytest.raises(spark_io.PopulationStateError, match="no population ran on it"):
         job.populate()
+
+
+def test_population_killed_midway_resumes_exactly(spark: SparkSession, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python workers loading the big side die (os._exit) after a few batches; the
+    job fails, a plain populate() refuses, populate(resume=True) finishes the half-loaded
+    shards: output and state exactly Spark's."""
+    rng = random.Random(13)
+    left, right = Counter(customers(rng, 60)), Counter(sales(rng, 1200, 70))
+    job = make_job(spark, tmp_path, "left", left, right, shards=2)
+    run_job = spark_io.SparkJoin._run_job  # noqa: SLF001 (the test wraps the job runner)
+
+    def crashing(self: spark_io.SparkJoin, df: Any, task: Any, side: str) -> Any:
+        if not (isinstance(task, PopulateTask) and task.final):
+            return run_job(self, df, task, side)
+        inner = task
+
+        def dies_midway(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            def some(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                for i, b in enumerate(batches):
+                    if i == 4:
+                        os._exit(1)  # the worker dies: nothing is cleaned up
+                    yield b
+
+            yield from inner(some(batches))
+
+        return run_job(self, df, dies_midway, side)
+
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, "40")  # many batches per shard
+    try:
+        monkeypatch.setattr(spark_io.SparkJoin, "_run_job", crashing)
+        with pytest.raises(Exception, match=r"(?i)crash|exit|worker|fail"):
+            job.populate()
+        monkeypatch.undo()
+        with pytest.raises(spark_io.PopulationStateError, match=r"resume=True"):
+            job.populate()
+        out = job.populate(resume=True)
+    finally:
+        spark.conf.set(key, "65536")
+    assert zset(out, OUT_COLS) == spark_join(spark, left, right, "left")
+    assert zset(job.state("left"), CUSTOMER_COLS) == via_spark(spark, left, CUSTOMER,
+                                                                CUSTOMER_COLS)
+    assert zset(job.state("right"), SALES_COLS) == via_spark(spark, right, SALES, SALES_COLS)
+    report = job.last_report
+    assert report is not None
+    small_job, big_job = report.jobs
+    assert all(s.replayed for s in small_job.shards)  # loaded before the crash: skipped
+    resumed = [s.detail["resumed"] for s in big_job.shards]
+    assert any(r.get("right", {}).get("batches", 0) >= 1 for r in resumed), resumed
+    assert {r["phase"] for r in job.shard_summary()} == {"live"}
 
 
 def test_second_writer_on_a_shard_is_refused(spark: SparkSession, tmp_path: Path) -> None:
