@@ -206,6 +206,7 @@ class Join:
     def apply(
         self, side: SideName, batch: PreparedBatch, *, commit_id: str | None = None,
         sink: BulkSink | None = None, progress: bytes | None = None,
+        before_commit: Callable[[pa.Table], object] | None = None,
     ) -> pa.Table:
         """Apply a prepared batch as one transaction; see :meth:`push`.
 
@@ -215,6 +216,9 @@ class Join:
         go to the sink with them, to be made durable together.  If the sink raises,
         nothing of the batch is written.  ``progress`` is a driver's marker for this
         side (:meth:`progress`), committed in the same transaction as the batch.
+        ``before_commit`` receives the output after validation and before anything is
+        written: a driver that must never lose output delivers it there (if it raises,
+        nothing is written).
         """
         store = self._require_store()
         s, o = self._sides(side)
@@ -246,6 +250,8 @@ class Join:
                     "stored unique keys, so it was checked by reading the index; it cannot "
                     "be bulk-written; nothing was written"
                 )
+            if before_commit is not None:
+                before_commit(out)
             txn.commit(sink)
             if batch.rows:
                 s.after_write(batch)

@@ -8,12 +8,9 @@ compaction guard re-enables every column family a policy disabled.
 
 Crash safety (see :mod:`population.resume`): every batch commits its side's progress
 marker in its own transaction, through the WAL; a batch's output is delivered *before*
-its transaction becomes durable (the WriteBatch is held by a sink until the output has
-been delivered; bulk-written batches become durable when their run is ingested), so a
-crash can only make outputs be delivered again, from a batch index the resumed run
-reports, never lose one.  A batch the core will not hand to a sink (it had to read
-state) is committed with its output recorded under a commit id instead, delivered,
-then the record is dropped; a resume re-delivers a record it finds.
+its transaction becomes durable (``Join.apply(before_commit=...)``; bulk-written
+batches become durable when their run is ingested), so a crash can only make outputs
+be delivered again, from a batch index the resumed run reports, never lose one.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from compaction import (
     ThresholdCrossed,
     guarded,
 )
-from joinstate import IndexOptions, SchemaMismatchError, Transaction
+from joinstate import IndexOptions, SchemaMismatchError
 from joinstate.activity import counter_delta, statistics_counters
 from population.bulk import SstIngester, remove_staging
 from population.errors import BulkLoadRefused, PopulationError
@@ -62,13 +59,12 @@ from population.sources import DEFAULT_BATCH_ROWS, Source, count_small
 from population.strategy import CompactionName, Strategy, choose, preset, small_side
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping
 
     import pyarrow as pa
 
-    from joinstate import Database, Join, SideName, WriteBlock
+    from joinstate import Database, Join, SideName
     from joinstate.options import Memtable
-    from joinstate.transaction import Record
 
 __all__ = ["ORDERS", "populate"]
 
@@ -91,36 +87,6 @@ POLICIES: dict[CompactionName, Callable[[], CompactionPolicy]] = {
 def _policies(strategy: Strategy) -> list[CompactionPolicy]:
     main = POLICIES[strategy.compaction]()
     return [main, Guard(strategy.l0_limit, strategy.pending_bytes_limit)]
-
-
-def _commit_id(side: str, index: int) -> str:
-    """The commit id under which a batch's output is recorded when it cannot be held."""
-    return f"population:{side}:{index}"
-
-
-class _Held:
-    """A ``Join.apply`` sink that holds a batch's WriteBatch until its output is out.
-
-    The transaction's writes and ``__meta__`` records (counters, the progress marker)
-    are written as one WriteBatch by :meth:`commit`, after the driver delivered the
-    batch's output: a crash in between loses the batch (it is applied and delivered
-    again on resume) instead of its output.
-    """
-
-    def __init__(self) -> None:
-        self.blocks: list[WriteBlock] = []
-        self.records: list[Record] = []
-
-    def __call__(self, blocks: Sequence[WriteBlock], records: Sequence[Record]) -> None:
-        self.blocks = list(blocks)
-        self.records = list(records)
-
-    def commit(self, store: Database) -> None:
-        txn = Transaction(store)
-        txn.blocks.extend(self.blocks)
-        for key, value in self.records:
-            txn.record(key, value)
-        txn.commit()
 
 
 def _dir_bytes(path: Any) -> int:
@@ -314,23 +280,12 @@ class _Run:
                     log.info("falling back to a WriteBatch: %s", exc)
             if out is None and ing.has_pending(side):
                 ing.ingest(side)  # deletes read this side's own entries
-        held: _Held | None = None
-        recorded: str | None = None
         if out is None:
-            held = _Held()
-            try:
-                out = self.join.apply(side, prepared, sink=held, progress=marker)
-            except BulkLoadRefused:
-                # The batch read state, so the core will not hand it to a sink: commit it
-                # now, with its output recorded in the same WriteBatch for a resume.
-                held, recorded = None, _commit_id(side, index)
-                out = self.join.apply(side, prepared, commit_id=recorded, progress=marker)
-        # Deliver first, then make the batch durable (see the module docstring).
-        self.deliver(side, index, out)
-        if held is not None:
-            held.commit(self.store)
-        if recorded is not None:
-            self.join.forget_commits(keep=recorded.__ne__)
+            # Deliver first, then make the batch durable (see the module docstring).
+            self.join.apply(side, prepared, progress=marker,
+                            before_commit=lambda o: self.deliver(side, index, o))
+        else:
+            self.deliver(side, index, out)  # durable only once its run is ingested
         if bulk and ing is not None:
             ing.maybe_ingest(side)
         self.index[side] += 1
@@ -343,21 +298,6 @@ class _Run:
         self.progress.update(side, n)
         self.dispatch(BatchWritten(side, prepared.rows, deletes))
         self.sample()
-
-    def redeliver_recorded(self, side: SideName, last: Any) -> bool:
-        """Deliver the recorded output of ``side``'s last durable batch, if there is one.
-
-        ``last`` is that batch, read again from the source.  Returns whether a recorded
-        output was found (then it is delivered again and the record dropped).
-        """
-        index = self.index[side] - 1
-        cid = _commit_id(side, index)
-        if index < 0 or last is None or not self.join.committed(cid):
-            return False
-        out = self.join.apply(side, self.join.prepare(side, last), commit_id=cid)  # replay
-        self.deliver(side, index, out)
-        self.join.forget_commits(keep=cid.__ne__)
-        return True
 
     def finish_side(self, side: SideName) -> None:
         t = time.perf_counter()
@@ -406,11 +346,10 @@ def _conflicts(strategy: str | Strategy | None, order: str | None, batch_rows: i
 
 
 def _skip(join: Join, side: str, source: Source, rec: Marker,
-          found: Mapping[str, Marker], identity: dict[str, Any] | None) -> Any:
+          found: Mapping[str, Marker], identity: dict[str, Any] | None) -> None:
     """Read past the batches ``rec`` says are loaded, checking they are the same ones.
 
-    Returns the last batch skipped (None if none).  Raises
-    :class:`~population.PopulationInterruptedError` if the input changed.
+    Raises :class:`~population.PopulationInterruptedError` if the input changed.
     """
 
     def changed(why: str) -> None:
@@ -420,7 +359,7 @@ def _skip(join: Join, side: str, source: Source, rec: Marker,
     if identity and before.get("bytes") is not None and identity.get("bytes") != before["bytes"]:
         changed(f"{before.get('path')} had {before['bytes']} bytes, "
                 f"{identity.get('path')} has {identity.get('bytes')}")
-    digest, rows, last = EMPTY_DIGEST, 0, None
+    digest, rows = EMPTY_DIGEST, 0
     for i in range(rec.batches):
         b = source.next()
         if b is None:
@@ -428,13 +367,11 @@ def _skip(join: Join, side: str, source: Source, rec: Marker,
             break
         digest = batch_digest(digest, b)
         rows += b.num_rows
-        last = b
     if rows != rec.rows or digest != rec.digest:
         changed(f"its first {rec.batches} batches hold {rows:,} rows with digest {digest}; "
                 f"the loaded ones held {rec.rows:,} rows with digest {rec.digest}")
     if rec.done and source.next() is not None:
         changed(f"it has more than the {rec.batches} batches that were loaded in full")
-    return last
 
 
 def populate(
@@ -535,7 +472,6 @@ def populate(
 
     small: SideName
     sources: dict[str, Source]
-    last: dict[str, Any] = {}
     if found:
         rec = next(iter(found.values()))
         for other in found.values():
@@ -558,7 +494,7 @@ def populate(
         batch_rows = rec.batch_rows
         sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
         for s, m in found.items():
-            last[s] = _skip(join, m.side, sources[s], m, found, identity[s])
+            _skip(join, m.side, sources[s], m, found, identity[s])
         known: dict[str, int | None] = {s: sources[s].rows for s in SIDES}
     else:
         order = order or "small-first"
@@ -616,9 +552,6 @@ def populate(
     try:
         with guarded(run.control):
             try:
-                for s, m in found.items():
-                    if run.redeliver_recorded(m.side, last.get(s)):
-                        redelivered[s] -= 1
                 run.run()
                 run.dispatch(PopulationEnded(failed=False))
                 failed = False

@@ -10,7 +10,7 @@ delivered before the crash.  The kill is a SIGKILL of this process at the ``n``-
 patches of this process, nothing in the library):
 
 * ``sink`` / ``sink-before``: in the output sink, after / before the delivery is recorded
-  (``sink-before:<side>:<index>``: before recording that batch's output);
+  (``sink:<side>:<index>`` / ``sink-before:<side>:<index>``: for that batch's output);
 * ``commit`` / ``commit-before``: after / before a ``Transaction.commit`` (every batch,
   done marker, phase and marker clearing goes through one);
 * ``ingest`` / ``ingest-after``: entering / leaving ``SstIngester.ingest`` (SST files
@@ -18,8 +18,6 @@ patches of this process, nothing in the library):
 * ``durable``: entering ``StateStore.ingest_durably`` (SST files staged, nothing durable);
 * ``intent``: after the intent record is durable, before any family ingests;
 * ``cf-ingest``: after one family's files were ingested (before the records);
-* ``forget``: entering ``Join.forget_commits`` (a batch committed with its output
-  recorded, delivered, record not yet dropped);
 * ``set-phase`` / ``clear``: entering ``Join.set_phase`` / ``Join.clear_progress``.
 
 The child exits 0 if the point was never reached ``n`` times (the parent fails then),
@@ -102,7 +100,6 @@ def main(spec: dict[str, Any]) -> int:
     killer.wrap(joinstate.StateStore, "ingest_durably", "durable", None)
     killer.wrap(joinstate.StateStore, "_complete_ingest", "intent", None)
     killer.wrap(joinstate.StateStore, "ingest", None, "cf-ingest")
-    killer.wrap(joinstate.Join, "forget_commits", "forget", None)
     killer.wrap(joinstate.Join, "set_phase", "set-phase", None)
     killer.wrap(joinstate.Join, "clear_progress", "clear", None)
     out = Path(spec["out"])
@@ -115,6 +112,7 @@ def main(spec: dict[str, Any]) -> int:
                 pa.ipc.new_file(f, table.schema) as w:
             w.write_table(table)
         killer.at("sink")
+        killer.at(f"sink:{batch.side}:{batch.index}")
 
     left, right = data(spec["customers"], spec["sales"], spec["deletes"])
     with joinstate.StateStore(spec["path"]) as store:
