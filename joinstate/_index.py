@@ -244,6 +244,11 @@ class Index:
         e = self.probe(qcanon, qhash)
         return checked_sum_by(e.q, e.w, len(qhash), f"{self.label} side: a key's degree")
 
+    def settle(self) -> None:
+        """Finish deferred in-memory work (see :meth:`joinstate.Join.settle`)."""
+        for layout in (self.layout, self.nulls):
+            layout.settle()
+
     def save(self) -> None:
         """Keep derived in-memory state beside the store (called when it closes)."""
         for layout in (self.layout, self.nulls):

@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     from joinstate._bytes import Bytes
 
-__all__ = ["EntryMap", "HashSet64", "hash64"]
+__all__ = ["EntryMap", "HashSet64", "has_duplicates", "hash64"]
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -64,6 +64,27 @@ def hash64(data: Bytes, seed: np.ndarray | None = None) -> np.ndarray:
     return h
 
 
+def _sorted_distinct(a: np.ndarray, kind: str = "quicksort") -> np.ndarray:
+    """``a`` sorted, duplicates dropped.
+
+    Not ``np.unique``: numpy 2 answers it with a hash table, ~10x slower on these sizes.
+    """
+    s = np.sort(a, kind=kind)  # type: ignore[call-overload]
+    if len(s) > 1:
+        keep = np.empty(len(s), dtype=bool)
+        keep[0] = True
+        np.not_equal(s[1:], s[:-1], out=keep[1:])
+        if not keep.all():
+            return s[keep]
+    return s
+
+
+def has_duplicates(a: np.ndarray) -> bool:
+    """Whether any value occurs twice (sort-based)."""
+    s = np.sort(a)
+    return bool(len(s) > 1 and (s[1:] == s[:-1]).any())
+
+
 class HashSet64:
     """An exact set of uint64 values as sorted runs (see the module docstring)."""
 
@@ -80,20 +101,49 @@ class HashSet64:
         found = np.zeros(len(h), dtype=bool)
         if not len(h):
             return found
+        # Sorted needles: each binary search starts where the last one ended.
+        order = np.argsort(h)
+        hs = h[order]
+        hit = np.zeros(len(h), dtype=bool)
         for run in self.runs:
-            pos = np.searchsorted(run, h)
+            pos = np.searchsorted(run, hs)
             pos[pos == len(run)] = len(run) - 1
-            found |= run[pos] == h
+            hit |= run[pos] == hs
+        found[order] = hit
         return found
 
     def add(self, h: np.ndarray) -> None:
         """Add values (duplicates are harmless)."""
         if not len(h):
             return
-        run = np.unique(h.astype(np.uint64, copy=False))
+        run = _sorted_distinct(h.astype(np.uint64, copy=False))
         while self.runs and len(self.runs[-1]) <= 2 * len(run):
-            run = np.union1d(self.runs.pop(), run)
+            # Two sorted runs: a stable sort (timsort) merges them in linear time.
+            run = _sorted_distinct(np.concatenate([self.runs.pop(), run]), kind="stable")
         self.runs.append(run)
+
+
+_SETTLE_MIN = 1 << 20
+"""Queued appends are sorted in once there are this many (or as many as in the runs)."""
+
+_FANOUT = 4
+"""A run absorbs the next once it is at most this many times larger (fewer, larger runs
+mean fewer merges per entry: each entry is copied ~log4(n / batch) times)."""
+
+
+def _merge(ak: np.ndarray, av: np.ndarray, bk: np.ndarray, bv: np.ndarray) -> tuple[
+    np.ndarray, np.ndarray
+]:
+    """Merge two runs sorted by key, in linear time (positions by binary search)."""
+    n = len(ak) + len(bk)
+    pos_b = np.searchsorted(ak, bk, side="right") + np.arange(len(bk), dtype=np.int64)
+    from_a = np.ones(n, dtype=bool)
+    from_a[pos_b] = False
+    keys = np.empty(n, dtype=np.uint64)
+    vals = np.empty(n, dtype=np.uint64)
+    keys[pos_b], vals[pos_b] = bk, bv
+    keys[from_a], vals[from_a] = ak, av
+    return keys, vals
 
 
 class EntryMap:
@@ -103,39 +153,56 @@ class EntryMap:
     which a retraction cannot know, so finding the entries of a retracted row costs an
     iterator seek (one per overlapping file, ~6-15 µs).  With this map the exact keys are
     known, and a batch of retractions becomes one multi-get (one bloom-filtered read per
-    key, GIL released).  It is only used while *complete*: built from an empty index
-    (every entry passed through it), loaded from the copy saved at close, or rebuilt
-    from one keys-only scan; every staged write updates it after its commit.
+    key, GIL released).  The map is a hint: every key it names is read back and checked,
+    and a row it cannot account for is looked up by a seek.
 
     Storage: sorted runs of (hash, seq) with a live flag per pair; removal clears the
-    flag in place, merges drop dead pairs.  16 bytes per entry plus one flag.
+    flag in place, merges drop dead pairs.  Appends are only queued (an insert-only load
+    pays nothing per batch) and sorted into the runs when the map is next read, when the
+    queue outgrows the runs, or on :meth:`settle`.  16 bytes per entry plus one flag.
     """
 
-    __slots__ = ("runs",)
+    __slots__ = ("pending", "pending_rows", "runs")
 
     def __init__(self) -> None:
         self.runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_rows = 0
 
     def __len__(self) -> int:
-        return sum(int(live.sum()) for _, _, live in self.runs)
+        return sum(int(live.sum()) for _, _, live in self.runs) + self.pending_rows
 
     def add(self, h: np.ndarray, seq: np.ndarray) -> None:
         """Record entries (row hash ``h[i]`` has an entry with sequence ``seq[i]``)."""
         if not len(h):
             return
-        order = np.argsort(h, kind="stable")
-        run = (h[order].astype(np.uint64), seq[order].astype(np.uint64),
-               np.ones(len(h), dtype=bool))
-        while self.runs and len(self.runs[-1][0]) <= 2 * len(run[0]):
-            prev = self.runs.pop()
-            keys = np.concatenate([prev[0][prev[2]], run[0][run[2]]])
-            vals = np.concatenate([prev[1][prev[2]], run[1][run[2]]])
-            o = np.argsort(keys, kind="stable")
-            run = (keys[o], vals[o], np.ones(len(o), dtype=bool))
-        self.runs.append(run)
+        self.pending.append((h.astype(np.uint64, copy=False), seq.astype(np.uint64, copy=False)))
+        self.pending_rows += len(h)
+        if self.pending_rows >= max(_SETTLE_MIN, sum(len(r[0]) for r in self.runs)):
+            self.settle()
+
+    def settle(self) -> None:
+        """Sort queued appends into the runs (one sort for the whole queue)."""
+        if not self.pending:
+            return
+        h = np.concatenate([p[0] for p in self.pending])
+        seq = np.concatenate([p[1] for p in self.pending])
+        self.pending, self.pending_rows = [], 0
+        if (seq == seq[0]).all():  # one sequence: sort the hashes only
+            keys, vals = np.sort(h), seq
+        else:
+            order = np.argsort(h)
+            keys, vals = h[order], seq[order]
+        while self.runs and len(self.runs[-1][0]) <= _FANOUT * len(keys):
+            pk, pv, live = self.runs.pop()
+            if not live.all():
+                pk, pv = pk[live], pv[live]
+            keys, vals = _merge(pk, pv, keys, vals)
+        self.runs.append((keys, vals, np.ones(len(keys), dtype=bool)))
 
     def lookup(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
         """Live entries of each queried hash: (query index, seq, locations per run)."""
+        self.settle()
         qi_parts: list[np.ndarray] = []
         seq_parts: list[np.ndarray] = []
         locs: list[tuple[int, np.ndarray]] = []
@@ -171,6 +238,7 @@ class EntryMap:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every live (hash, seq) pair, for saving."""
+        self.settle()
         if not self.runs:
             return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
         return (np.concatenate([k[live] for k, _, live in self.runs]),

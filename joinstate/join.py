@@ -294,6 +294,17 @@ class Join:
                 txn.record(progress_key(self.name, side), None)
             txn.commit()
 
+    def settle(self) -> None:
+        """Finish in-memory work deferred during a load, before the live phase.
+
+        Bulk appends only queue their entries for the retraction map; this sorts them
+        in, so the first retraction after population costs what later ones do.
+        """
+        store = self._require_store()
+        with store.lock:
+            for idx in (self.left, self.right):
+                idx.settle()
+
     def reload(self) -> None:
         """Forget what is cached in memory (probe caches, counters) and re-read it.
 

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate._keyset import EntryMap, HashSet64, hash64
+from joinstate._keyset import EntryMap, HashSet64, has_duplicates, hash64
 from joinstate._probe import COST_GET_US, COST_ROW_US, COST_SCAN_US, COST_SEEK_US, Entries
 from joinstate._zset import (
     checked_add,
@@ -135,6 +135,9 @@ class RowLayout:
 
     def save(self) -> None:
         """Keep derived in-memory state beside the store, for the next open (default: none)."""
+
+    def settle(self) -> None:
+        """Finish deferred in-memory work now, so the next batch does not pay for it."""
 
     def stage(
         self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
@@ -244,7 +247,7 @@ class _UniqueBase(RowLayout):
         skeys_b, h = self.store_keys(batch, rows, group_prefix)
         w = batch.w[rows]
         keyset = self._keyset_for(len(rows)) if (w == 1).all() else self.keyset
-        if keyset is not None and (w == 1).all() and len(np.unique(h)) == len(h) \
+        if keyset is not None and (w == 1).all() and not has_duplicates(h) \
                 and not keyset.contains(h).any():
             n = len(rows)
             txn.put_many(self.cf, skeys_b.to_list(), batch.enc.take(rows).to_list())
@@ -471,6 +474,11 @@ class BagLayout(RowLayout):
             emap = EntryMap()
             emap.add(saved["h"], saved["seq"])
             self.emap = emap
+
+    def settle(self) -> None:
+        """Sort the entry map's queued appends in (before the live phase)."""
+        if self.emap is not None:
+            self.emap.settle()
 
     def save(self) -> None:
         """Keep the entry map beside the store (called when the store closes)."""

@@ -567,6 +567,7 @@ def populate(
                     except Exception:
                         log.exception("a compaction policy failed while population failed")
                 run.restore_write_buffer()
+        join.settle()
         if go_live:
             join.set_phase("live")
             join.clear_progress()  # a live join with stale markers is finished all the same
