@@ -43,6 +43,4 @@ class BulkLoadPolicy:
                     control.enable(cf, f"small side {event.side} finished")
                 control.compact(cf, f"small side {event.side} finished")
         elif isinstance(event, PopulationEnded):
-            if not event.failed:
-                control.settle("population ended: compact what was held back")
             control.restore("population ended" + (" by failure" if event.failed else ""))

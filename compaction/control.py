@@ -132,19 +132,6 @@ class CompactionControl:
         self._record("compact", cf, reason, dt)
         return dt
 
-    def settle(self, reason: str) -> None:
-        """Compact every family whose auto-compaction is held back, before the live phase.
-
-        A family loaded without compaction ends as several overlapping L0 files (ingested
-        runs, flushed memtables) below RocksDB's compaction trigger, so they would stay
-        forever: every later read then visits each of them.  Measured on a 2.9M-row bag
-        side: retracting 2,880 rows took 300-450 ms in that state against 30-50 ms after
-        one compaction (2.1 s).  So population ends in the steady state the live phase
-        expects.
-        """
-        for cf in sorted(self.disabled):
-            self.compact(cf, reason)
-
     def restore(self, reason: str) -> list[str]:
         """Re-enable auto-compaction on every column family this control disabled.
 

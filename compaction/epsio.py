@@ -48,6 +48,4 @@ class EpsioPolicy:
             for cf in control.data_cfs(big):
                 control.disable(cf, f"big side {big} is write-only from now on")
         elif isinstance(event, PopulationEnded):
-            if not event.failed:
-                control.settle("population ended: compact what was held back")
             control.restore("population ended" + (" by failure" if event.failed else ""))

@@ -94,14 +94,14 @@ class Index:
             name=self.cf, column_family=self.cf, column_families=self.column_families(),
             data_column_families=(self.cf, self.cf_nulls), layout=self.side.layout,
             tracks_degree=self.track_degree,
-            appends_blindly=self.side.layout == "bag" and not self.track_degree,
+            appends_blindly=self.layout.blind_inserts and not self.track_degree,
             bulk_loadable=not self.track_degree,
             rows=self.rows, entries=self.entries,
         )
 
     def known_keys(self) -> int | None:
         """Distinct non-NULL keys if a counter knows them for free."""
-        if self.side.layout == "key":
+        if self.layout.one_entry_per_key:
             return self.entries
         if self.track_degree:
             return self.store.counter(self.cf_deg, "keys")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from joinstate.batch import PreparedBatch
 
 __all__ = ["COST_GET_US", "COST_ROW_US", "COST_SCAN_US", "COST_SEEK_US", "Entries",
-           "ProbeCache", "ProbePolicy"]
+           "ProbeCache", "ProbePolicy", "Rental"]
 
 # Cost model of a probe, in microseconds per unit, measured on a 2-core VM with
 # rocksdict 0.3.29 (``./dev bench core``): a cached point get; positioning an iterator at
@@ -152,22 +152,44 @@ class ProbeCache:
         return self
 
 
+class Rental:
+    """Ski rental for derived in-memory state: pay per use, buy once rent reaches price.
+
+    Building a structure (a probe cache, a key set, an entry map) costs one scan; not
+    having it costs a little on every batch.  Buying once the rent paid reaches the price
+    costs at most twice the best choice in hindsight, without knowing the future.
+    """
+
+    __slots__ = ("paid_us",)
+
+    def __init__(self) -> None:
+        self.paid_us = 0.0
+
+    def rent(self, cost_us: float, price_us: float) -> bool:
+        """Pay ``cost_us`` for doing without; True when it is time to pay ``price_us``."""
+        self.paid_us += cost_us
+        if self.paid_us >= price_us:
+            self.paid_us = 0.0
+            return True
+        return False
+
+
 class ProbePolicy:
     """When to read a side by point probes and when to scan it into a probe cache.
 
-    Ski rental: point probes are *rented*, a scan into the cache is *bought*.  The cache
-    is bought once the point probes paid since the side last changed reach the price of
-    the scan, so a side probed by many batches (a dimension while the fact streams in)
+    Ski rental (:class:`Rental`): point probes are rented, a scan into the cache is
+    bought, so a side probed by many batches (a dimension while the fact streams in)
     gets cached, at most twice the cost of the best choice in hindsight.  Rent only
-    counts while the scan could be kept as the cache (``max_rows``).
+    counts while the scan could be kept as the cache (``max_rows``), and a write to the
+    side forfeits it (the cache would have had to be kept coherent).
     """
 
-    __slots__ = ("max_rows", "mode", "rent_us", "rows_per_key_seen")
+    __slots__ = ("max_rows", "mode", "rental", "rows_per_key_seen")
 
     def __init__(self, mode: str, max_rows: int) -> None:
         self.mode = mode
         self.max_rows = max_rows
-        self.rent_us = 0.0
+        self.rental = Rental()
         self.rows_per_key_seen: float | None = None
 
     def rows_per_key(self, entries: int, known_keys: int | None) -> float:
@@ -178,16 +200,12 @@ class ProbePolicy:
 
     def should_scan(self, entries: int, point_us: float) -> bool:
         """Whether to scan the side now (``point_us``: the cost of probing by points)."""
-        if self.mode == "point":
-            return False
-        if self.mode == "scan":
-            return True
-        rent = self.rent_us if entries <= self.max_rows else 0.0
-        if entries * COST_SCAN_US <= point_us + rent:
-            self.rent_us = 0.0
-            return True
-        self.rent_us += point_us
-        return False
+        if self.mode in ("point", "scan"):
+            return self.mode == "scan"
+        price = entries * COST_SCAN_US
+        if entries > self.max_rows:
+            return price <= point_us
+        return self.rental.rent(point_us, price)
 
     def observed(self, rows: int, keys: int) -> None:
         """Remember how many rows a key held in the last point probe."""
@@ -196,4 +214,4 @@ class ProbePolicy:
 
     def side_changed(self) -> None:
         """The side was written: rent paid so far bought nothing lasting."""
-        self.rent_us = 0.0
+        self.rental = Rental()

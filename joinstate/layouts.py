@@ -33,7 +33,14 @@ import pyarrow as pa
 from joinstate import _rocks
 from joinstate._bytes import Bytes
 from joinstate._keyset import EntryMap, HashSet64, has_duplicates, hash64
-from joinstate._probe import COST_GET_US, COST_ROW_US, COST_SCAN_US, COST_SEEK_US, Entries
+from joinstate._probe import (
+    COST_GET_US,
+    COST_ROW_US,
+    COST_SCAN_US,
+    COST_SEEK_US,
+    Entries,
+    Rental,
+)
 from joinstate._zset import (
     checked_add,
     checked_sum,
@@ -88,6 +95,8 @@ class RowLayout:
 
     name: ClassVar[str]
     counted: ClassVar[bool] = False  # values start with an int64 count
+    blind_inserts: ClassVar[bool] = False  # inserts never read the index
+    one_entry_per_key: ClassVar[bool] = False  # entries counter == distinct join keys
 
     def __init__(
         self, store: Database, cf: str, side: str, key: Sequence[str],
@@ -207,7 +216,7 @@ class _UniqueBase(RowLayout):
 
     unique_key: list[str]
     keyset: HashSet64 | None
-    _rent_us: float
+    _rental: Rental
 
     def reset(self) -> None:
         """Rebuild the key set from the durable counters."""
@@ -216,7 +225,7 @@ class _UniqueBase(RowLayout):
     def init_keyset(self, entries: int) -> None:
         """Start the key set: empty and exact for an empty index, else built on demand."""
         self.keyset = HashSet64() if entries == 0 else None
-        self._rent_us = 0.0
+        self._rental = Rental()
 
     def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
         Bytes, np.ndarray
@@ -231,9 +240,8 @@ class _UniqueBase(RowLayout):
     def _keyset_for(self, n: int) -> HashSet64 | None:
         if self.keyset is None:
             entries = max(self.store.counter(self.cf, "entries"), 0)
-            self._rent_us += n * COST_UNIQUE_READ_US
             if entries <= self.store.options.unique_filter_max_rows and \
-                    self._rent_us >= entries * COST_SCAN_US:
+                    self._rental.rent(n * COST_UNIQUE_READ_US, entries * COST_SCAN_US):
                 keyset = HashSet64()
                 keyset.add(self.stored_hashes())
                 self.keyset = keyset
@@ -305,6 +313,7 @@ class KeyLayout(_UniqueBase):
     """The join key is unique: at most one row per key, probed by multi-get."""
 
     name = "key"
+    one_entry_per_key = True
 
     def __init__(
         self, store: Database, cf: str, side: str, key: Sequence[str],
@@ -445,6 +454,7 @@ class BagLayout(RowLayout):
 
     name = "bag"
     counted = True
+    blind_inserts = True
 
     def __init__(
         self, store: Database, cf: str, side: str, key: Sequence[str],
@@ -452,7 +462,7 @@ class BagLayout(RowLayout):
     ) -> None:
         super().__init__(store, cf, side, key, key_codec, row_codec)
         self.emap: EntryMap | None = None
-        self._rent_us = 0.0
+        self._rental = Rental()
         self.reset()
 
     # ---- the entry map ----------------------------------------------------------------
@@ -464,7 +474,7 @@ class BagLayout(RowLayout):
 
     def reset(self) -> None:
         """Start the entry map: empty for an empty index, the saved copy, or none."""
-        self._rent_us = 0.0
+        self._rental = Rental()
         self.emap = None
         if self.store.counter(self.cf, "entries") == 0:
             self.emap = EntryMap()
@@ -489,9 +499,8 @@ class BagLayout(RowLayout):
     def _map_for(self, n: int) -> EntryMap | None:
         if self.emap is None:
             entries = max(self.store.counter(self.cf, "entries"), 0)
-            self._rent_us += n * COST_SEEK_US
             if entries <= self.store.options.unique_filter_max_rows and \
-                    self._rent_us >= entries * COST_SCAN_US:
+                    self._rental.rent(n * COST_SEEK_US, entries * COST_SCAN_US):
                 keys = Bytes.from_list(
                     _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}"))
                 tail = _key_tails(keys)

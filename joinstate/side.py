@@ -37,6 +37,15 @@ class Side:
     same join key as a stored row.  Not enforced across batches: a new row whose unique
     key is already stored under a *different* join key (checking that would cost an extra
     index and a read per insert); the join output stays correct either way.
+
+    At what cost: each index keeps an exact in-memory set of its keys' 64-bit hashes (8
+    bytes per row).  A batch of new single-copy rows whose hashes are all absent is
+    written without reading RocksDB, at the speed of a bag side; retractions, a hash that
+    is present (a duplicate, or a rare collision, told apart by the read) and indexes
+    whose set is not built yet are checked by one multi-get per batch.  Measured on the
+    project's core benchmark: a 3M-row side declared unique on two columns pushes at
+    0.5-0.6x the raw ``WriteBatch`` rate, like a bag side, against 0.35x with a read per
+    row.
     """
 
     schema: pa.Schema

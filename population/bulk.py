@@ -133,7 +133,7 @@ class SstIngester:
             for i in order:
                 writer[keys[i]] = values[i]
             writer.finish()
-            size = path.stat().st_size
+            size = _cache_file(path)
             files[cf] = [str(path)]
             self.bytes += size
             self.files[side] = self.files.get(side, 0) + 1
@@ -158,6 +158,21 @@ class SstIngester:
         self.pending_rows.clear()
         self.records.clear()
         remove_staging(self.store.path, self.join)
+
+
+def _cache_file(path: Path) -> int:
+    """Read a finished SST file once, so its pages are in the OS page cache; its size.
+
+    RocksDB's SST writer drops the pages it wrote from the page cache; the ingested file
+    (the same inode: ingestion moves it) would then be read from disk by every later
+    probe and retraction (measured: ~145 µs a seek instead of ~10 µs at 2.9M rows).  One
+    sequential read costs a fraction of writing the file.
+    """
+    size = 0
+    with path.open("rb", buffering=0) as f:
+        while chunk := f.read(8 << 20):
+            size += len(chunk)
+    return size
 
 
 def _sorted_order(keys: list[bytes]) -> list[int]:

@@ -1,4 +1,4 @@
-"""The package layering of DESIGN.md §6, checked on the source: lower layers never import
+"""The package layering, checked on the source: lower layers never import
 higher ones, and pyspark is imported only by ``spark_io`` and ``bench``.
 
 Import-time checks (tests/spark/test_spark_layering.py) catch what runs; this catches
