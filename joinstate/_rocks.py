@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = [
-    "iter_items",
     "iter_keys",
     "iter_values",
     "multi_get",
@@ -145,15 +144,10 @@ def _scan(cf: Any, path: Path | str, what: str, part: str) -> list[Any]:
             while valid():
                 append(value())
                 step()
-        elif part == "keys":
+        else:
             key = it.key
             while valid():
                 append(key())
-                step()
-        else:
-            key, value = it.key, it.value
-            while valid():
-                append((key(), value()))
                 step()
         _status(it, path, what)
     finally:
@@ -169,11 +163,6 @@ def iter_values(cf: Any, path: Path | str, what: str) -> list[bytes]:
 def iter_keys(cf: Any, path: Path | str, what: str) -> list[bytes]:
     """Every key of a family, in key order, status checked."""
     return _scan(cf, path, what, "keys")
-
-
-def iter_items(cf: Any, path: Path | str, what: str) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of a family, in key order, status checked."""
-    return _scan(cf, path, what, "items")
 
 
 def range_entries(

@@ -122,16 +122,6 @@ class Transaction:
         """Run ``fn`` once the transaction has committed (in-memory bookkeeping)."""
         self._after.append(fn)
 
-    @property
-    def writes(self) -> int:
-        """Number of staged data writes."""
-        return sum(len(b.keys) for b in self.blocks)
-
-    @property
-    def deletes(self) -> bool:
-        """Whether any staged data write is a delete."""
-        return any(None in b.values for b in self.blocks)
-
     # ---- commit -----------------------------------------------------------------------
 
     def _write_batch(self, records: Sequence[Record]) -> rd.WriteBatch:
