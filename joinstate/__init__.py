@@ -11,6 +11,7 @@ Importing this package never imports pyspark.
 """
 
 from joinstate.batch import PreparedBatch
+from joinstate.changes import from_changes, to_changes
 from joinstate.db import Database
 from joinstate.errors import (
     BulkWriteRefused,
@@ -34,6 +35,7 @@ from joinstate.options import IndexOptions, Memtable, StoreOptions
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
 from joinstate.store import StateStore
+from joinstate.summary import stats_summary
 from joinstate.transaction import BulkSink, Transaction, WriteBlock
 from joinstate.views import IndexInfo
 
@@ -68,7 +70,10 @@ __all__ = [
     "UniqueKeyViolationError",
     "WeightOverflowError",
     "WriteBlock",
+    "from_changes",
     "output_schema",
+    "stats_summary",
+    "to_changes",
 ]
 
 __version__ = "0.1.0"
