@@ -66,10 +66,10 @@ class Index:
         self.cf_nulls = nulls_cf(cf)
         self.cf_deg = degree_cf(cf)
         self.cache: ProbeCache | None = None
-        # Whether the cache was probed since this side's last write: a cache that only
-        # gets maintained (its side is being loaded, nobody probes it) costs O(side) per
-        # push for nothing, so it is dropped and rebuilt by the policy when needed.
-        self.cache_used = False
+        # Rows merged into the cache since it was last probed: keeping a cache costs
+        # O(delta) per write; once that exceeds the cache's own size with nobody probing
+        # it (its side is being loaded), rebuilding later is cheaper, so it is dropped.
+        self.cache_maintained = 0
         self.policy = ProbePolicy(store.options.probe, store.options.probe_cache_max_rows)
 
     # ---- names, counters, views -------------------------------------------------------
@@ -225,10 +225,10 @@ class Index:
                 cache = self.build_cache()
                 if len(cache) <= policy.max_rows:
                     self.cache = cache
-                    self.cache_used = True
+                    self.cache_maintained = 0
                 return cache.probe(qcanon, qhash)
         if self.cache is not None:
-            self.cache_used = True
+            self.cache_maintained = 0
             return self.cache.probe(qcanon, qhash)
         if nq == 0:
             return Entries(self.schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -259,9 +259,9 @@ class Index:
         self.policy.side_changed()
         if self.cache is None:
             return
-        if not self.cache_used:
+        self.cache_maintained += batch.rows
+        if self.cache_maintained > len(self.cache):
             self.cache = None
             return
-        self.cache_used = False
         cache = self.cache.apply(batch, ~batch.null)
         self.cache = cache if len(cache) <= self.policy.max_rows else None
