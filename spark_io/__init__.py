@@ -12,23 +12,50 @@
     out = job.apply("left", changes)            # changes: the side's columns + _weight
     query = stream.writeStream.foreachBatch(job.foreach_batch_sink("right", "/data/out"))
 
+Without pyspark, ``import spark_io`` raises :class:`SparkNotInstalledError` (an
+``ImportError``) saying ``pip install 'joinstate[spark]'``.
+
 This is the only package (with ``bench``) that imports pyspark; ``joinstate``,
 ``population`` and ``compaction`` never do.  See :mod:`spark_io.job` for what runs on
 the driver and what on executors, and :mod:`spark_io._worker` for what survives a task
 retry.
 """
 
-from spark_io.errors import ManifestError, PopulationStateError, ShardBusyError, SparkIOError
+from spark_io.errors import (
+    INSTALL_HINT,
+    ExecutorEnvironmentError,
+    ManifestError,
+    PopulationStateError,
+    ShardBusyError,
+    SparkIOError,
+    SparkNotInstalledError,
+)
+
+try:
+    import pyspark  # noqa: F401 (only to say what to install when it is missing)
+except ImportError as _missing:
+    raise SparkNotInstalledError(
+        f"spark_io needs pyspark, which this Python ({__import__('sys').executable}) cannot "
+        f"import ({_missing}): {INSTALL_HINT}",
+        name="pyspark",
+    ) from None
+
+from spark_io.args import JOIN_TYPES
+from spark_io.executors import check_executors
 from spark_io.job import SparkJoin
 from spark_io.report import SparkReport
 from spark_io.session import local_session
 
 __all__ = [
+    "JOIN_TYPES",
+    "ExecutorEnvironmentError",
     "ManifestError",
     "PopulationStateError",
     "ShardBusyError",
     "SparkIOError",
     "SparkJoin",
+    "SparkNotInstalledError",
     "SparkReport",
+    "check_executors",
     "local_session",
 ]

@@ -2,8 +2,13 @@
 
 Errors raised inside a Spark task reach the driver wrapped in Spark's own exception
 (the Python traceback becomes a string).  :func:`translate_task_error` turns such a
-failure back into the joinstate error it carries, so a caller can ``except
-spark_io.ShardBusyError`` around ``job.apply(...)`` as if the work had run locally.
+failure back into the library error it carries (any public error class of
+``joinstate``, ``population`` or ``spark_io``, looked up by its qualified name), so a
+caller can ``except spark_io.ShardBusyError`` around ``job.apply(...)`` as if the work
+had run locally.  The translated error keeps Spark's exception as ``err.spark_error``.
+
+This module does not import pyspark (``spark_io/__init__`` uses
+:class:`SparkNotInstalledError` to say so when pyspark is missing).
 """
 
 from __future__ import annotations
@@ -11,20 +16,35 @@ from __future__ import annotations
 import re
 
 import joinstate.errors as core_errors
+import population.errors as population_errors
 from joinstate.errors import JoinStateError, StateLockedError
-from population.errors import PopulationError, PopulationInterruptedError
 
 __all__ = [
+    "ExecutorEnvironmentError",
     "ManifestError",
     "PopulationStateError",
     "ShardBusyError",
     "SparkIOError",
+    "SparkNotInstalledError",
+    "task_reason",
     "translate_task_error",
 ]
 
+INSTALL_HINT = "pip install 'joinstate[spark]'"
+
+
+class SparkNotInstalledError(ImportError):
+    """``import spark_io`` without pyspark: install the ``spark`` extra."""
+
 
 class SparkIOError(JoinStateError, RuntimeError):
-    """Root of the errors specific to driving joinstate from Spark."""
+    """Root of the errors specific to driving joinstate from Spark.
+
+    Errors translated from a failed Spark task carry Spark's exception as
+    ``spark_error`` (``None`` when raised on the driver).
+    """
+
+    spark_error: BaseException | None = None
 
 
 class ShardBusyError(SparkIOError, StateLockedError):
@@ -49,28 +69,102 @@ class PopulationStateError(SparkIOError):
     """
 
 
-_LOCAL = {
-    cls.__name__: cls
-    for cls in (SparkIOError, ShardBusyError, ManifestError, PopulationStateError)
-}
-_CORE = {
-    name: getattr(core_errors, name)
-    for name in core_errors.__all__
-}
-_POPULATION = {cls.__name__: cls for cls in (PopulationError, PopulationInterruptedError)}
+class ExecutorEnvironmentError(SparkIOError):
+    """Spark's executors cannot run joinstate (checked once per session, before any job).
+
+    Usually their Python is not the driver's: set ``PYSPARK_PYTHON`` (or
+    ``spark.pyspark.python``) to an interpreter with ``joinstate[spark]`` installed.
+    ``executor`` holds what the probe task reported (interpreter, version, the error).
+    """
+
+    executor: dict[str, object] | None = None
+
+
+def _public_errors() -> dict[str, type[JoinStateError]]:
+    """Every public error class of the three packages, by ``module.QualName`` and name."""
+    found: dict[str, type[JoinStateError]] = {}
+    modules = (core_errors, population_errors)
+    for module in modules:
+        for name in module.__all__:
+            cls = getattr(module, name)
+            if isinstance(cls, type) and issubclass(cls, JoinStateError):
+                found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    for cls in (SparkIOError, ShardBusyError, ManifestError, PopulationStateError,
+                ExecutorEnvironmentError):
+        found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return found
+
+
+_ERRORS = _public_errors()
 _IN_TRACEBACK = re.compile(
-    r"\b(?:spark_io\.errors|joinstate\.errors|population\.errors)\.(\w+): ([^\n]*)")
+    r"^[ \t]*((?:joinstate|population|spark_io)(?:\.\w+)+): ?([^\n]*)", re.MULTILINE)
+_EXCEPTION_LINE = re.compile(
+    r"^[ \t]*(?:Caused by: )?([A-Za-z_][\w.$]*(?:Error|Exception|Exit|Interrupt|Refused|"
+    r"Failure)): ?([^\n]*)", re.MULTILINE)
+_JVM = ("java.", "javax.", "org.", "scala.", "py4j.", "jdk.", "sun.", "com.")
+_SPARK_WRAPPERS = ("pyspark.errors.exceptions.captured.", "PythonException")
+
+
+def _spark_text(exc: BaseException) -> str:
+    """The text of a Spark failure, Python traceback included when there is one."""
+    parts = [str(exc)]
+    get = getattr(exc, "getMessageParameters", None)
+    if callable(get):
+        try:
+            params = get() or {}
+        except Exception:  # a Spark without message parameters
+            params = {}
+        parts.extend(str(params[k]) for k in ("msg", "traceback") if k in params)
+    return "\n".join(parts)
+
+
+def task_reason(exc: BaseException, limit: int = 400) -> str:
+    """One line saying why a Spark job failed: the task's own exception if it can be found.
+
+    The last Python exception line of the task's traceback (``ModuleNotFoundError: No
+    module named 'spark_io'``), else the deepest JVM cause, else the first line.
+    """
+    text = _spark_text(exc)
+    python: list[tuple[str, str]] = []
+    jvm: list[tuple[str, str]] = []
+    for cls, message in _EXCEPTION_LINE.findall(text):
+        if cls.startswith(_JVM):
+            jvm.append((cls, message))
+        elif not cls.startswith(_SPARK_WRAPPERS):
+            python.append((cls, message))
+    if python:
+        cls, message = python[-1]
+    elif jvm:
+        cls, message = jvm[-1]
+    else:
+        first = next((line.strip() for line in text.splitlines() if line.strip()),
+                     type(exc).__name__)
+        return first[:limit]
+    short = cls.rsplit(".", 1)[-1]
+    line = f"{short}: {message.strip()}" if message.strip() else short
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def translate_task_error(exc: BaseException) -> JoinStateError | None:
-    """The joinstate error a failed Spark job carries in its task traceback, if any.
+    """The library error a failed Spark job carries in its task traceback, if any.
 
-    The last matching line wins: it is the exception that ended the task (earlier lines
-    are causes chained with ``raise ... from``).
+    Any public error of ``joinstate``, ``population`` or ``spark_io`` is recognised by
+    its qualified class name in the traceback and rebuilt on the driver as the same
+    class, with the task's message first; Spark's exception is ``err.spark_error``.
+    The last matching line wins: it is the exception that ended the task (earlier
+    lines are causes chained with ``raise ... from``).
     """
-    matches = _IN_TRACEBACK.findall(str(exc))
+    matches = _IN_TRACEBACK.findall(_spark_text(exc))
     for name, message in reversed(matches):
-        cls = _LOCAL.get(name) or _CORE.get(name) or _POPULATION.get(name)
-        if cls is not None:
-            return cls(f"{message} (raised in a Spark task)")
+        cls = _ERRORS.get(name)
+        if cls is None:
+            continue
+        text = f"{message.strip()} (raised in a Spark task)"
+        try:
+            err = cls(text)
+        except TypeError:  # a constructor with other required arguments
+            err = cls.__new__(cls)
+            Exception.__init__(err, text)
+        err.spark_error = exc  # type: ignore[attr-defined]
+        return err
     return None

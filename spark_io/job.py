@@ -25,13 +25,14 @@ retry safe too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
 import math
 import shutil
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -41,6 +42,7 @@ from joinstate import WEIGHT, SchemaMismatchError, Side, SideName, StoreOptions,
 from joinstate.keys import key_plan
 from joinstate.schema import check_column_types
 from population.strategy import small_side as choose_small_side
+from spark_io import args
 from spark_io._worker import (
     ApplyTask,
     ControlTask,
@@ -49,6 +51,7 @@ from spark_io._worker import (
     options_to_dict,
 )
 from spark_io.errors import PopulationStateError, SparkIOError, translate_task_error
+from spark_io.executors import check_executors
 from spark_io.manifest import Manifest, manifest_path
 from spark_io.report import REPORT_SCHEMA, JobReport, ShardReport, SparkReport
 from spark_io.routing import route
@@ -56,6 +59,7 @@ from spark_io.types import arrow_schema, arrow_type, spark_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -65,6 +69,9 @@ __all__ = ["SparkJoin"]
 log = logging.getLogger(__name__)
 
 _SIDES: tuple[SideName, SideName] = ("left", "right")
+_MARKER = "_joinstate_operation.json"
+"""In each operation output directory: join, operation, kind, and when it finished
+(``_``-prefixed: Spark's Parquet reader skips it)."""
 
 
 def _operation_id(kind: str) -> str:
@@ -74,6 +81,10 @@ def _operation_id(kind: str) -> str:
 def _side_of(df: DataFrame, key: Sequence[str], unique_key: Sequence[str] | None,
              label: str) -> Side:
     fields = [f for f in df.schema.fields if f.name != WEIGHT]
+    names = [f.name for f in fields]
+    args.check_columns(key, names, f"{label}_key")
+    if unique_key is not None:
+        args.check_columns(unique_key, names, f"{label}_unique_key")
     try:
         schema = arrow_schema(T.StructType(fields))
     except SchemaMismatchError as exc:
@@ -94,6 +105,16 @@ class SparkJoin:
     state_dir=..., shards=...)`` creates the join (or re-attaches to the same spec in
     ``state_dir``); :meth:`open` re-attaches from the manifest alone.  The object lives
     on the driver and is not thread-safe; run one operation at a time per ``state_dir``.
+
+    Every argument is checked on the driver before anything is written.  ``how`` takes
+    Spark's join types and aliases (``"outer"``/``"full_outer"`` -> ``"full"``,
+    ``"leftsemi"`` -> ``"left_semi"`` ..., case-insensitive; see
+    :data:`spark_io.args.JOIN_TYPES`).  Before the first Spark job of a session, one
+    probe task checks that executors can import joinstate
+    (:func:`spark_io.check_executors`).  ``keep_outputs`` is how many operation output
+    directories (``<state_dir>/_spark/outputs/<operation>/``) of this join are kept:
+    after each successful ``populate``/``apply`` the oldest beyond that are deleted
+    (never the one just returned; ``None`` keeps all).
     """
 
     def __init__(
@@ -104,39 +125,67 @@ class SparkJoin:
         right_unique_key: Sequence[str] | None = None,
         suffixes: tuple[str, str] = ("", "_right"),
         options: StoreOptions | None = None,
+        keep_outputs: int | None = 20,
     ) -> None:
+        # Every argument first: nothing is written and no job runs if one is wrong.
+        _check_session(spark)
+        name = args.check_name(name)
+        left = args.check_dataframe(left, "left")
+        right = args.check_dataframe(right, "right")
+        lkey = args.check_key(left_key, "left_key")
+        rkey = args.check_key(right_key, "right_key")
+        luniq = args.check_key(left_unique_key, "left_unique_key", optional=True)
+        runiq = args.check_key(right_unique_key, "right_unique_key", optional=True)
+        assert lkey is not None and rkey is not None
+        how = args.normalize_how(how)
+        state = args.check_path(state_dir, "state_dir")
+        shards = args.check_shards(shards)
+        suffixes = args.check_suffixes(suffixes)
+        options = args.check_options(options)
+        keep = args.check_keep_outputs(keep_outputs)
         manifest = Manifest(
-            name=name, shards=shards, how=how, suffixes=(suffixes[0], suffixes[1]),
-            left=_side_of(left, left_key, left_unique_key, "left"),
-            right=_side_of(right, right_key, right_unique_key, "right"),
+            name=name, shards=shards, how=how, suffixes=suffixes,
+            left=_side_of(left, lkey, luniq, "left"),
+            right=_side_of(right, rkey, runiq, "right"),
         )
-        state = Path(state_dir).resolve()
         out_schema = _output_schema(manifest)  # validates the spec with the core's rules
+        stored: Manifest | None = None
         if manifest_path(state, name).exists():
             stored = Manifest.read(state, name)
             stored.check_same(manifest, state)
-            manifest = stored
-        else:
+        check_executors(spark)  # before the manifest is written: a broken setup leaves none
+        if stored is None:
             manifest.write(state)
-        self._attach(spark, manifest, state, options, out_schema, {"left": left, "right": right})
+        else:
+            manifest = stored
+        self._attach(spark, manifest, state, options, out_schema, {"left": left, "right": right},
+                     keep)
 
     @classmethod
     def open(cls, spark: SparkSession, name: str, state_dir: str | Path,
-             options: StoreOptions | None = None) -> SparkJoin:
+             options: StoreOptions | None = None, *, keep_outputs: int | None = 20
+             ) -> SparkJoin:
         """Re-attach to join ``name`` in ``state_dir``.
 
         Shards, keys, schemas and ``how`` come from its manifest, so rows route exactly
         as before.
         """
-        state = Path(state_dir).resolve()
+        _check_session(spark)
+        name = args.check_name(name)
+        state = args.check_path(state_dir, "state_dir")
+        options = args.check_options(options)
+        keep = args.check_keep_outputs(keep_outputs)
         manifest = Manifest.read(state, name)
+        out_schema = _output_schema(manifest)
+        check_executors(spark)
         job = cls.__new__(cls)
-        cls._attach(job, spark, manifest, state, options, _output_schema(manifest), None)
+        cls._attach(job, spark, manifest, state, options, out_schema, None, keep)
         return job
 
     def _attach(self, spark: SparkSession, manifest: Manifest, state_dir: Path,
                 options: StoreOptions | None, out_schema: pa.Schema,
-                snapshots: dict[str, DataFrame] | None) -> None:
+                snapshots: dict[str, DataFrame] | None, keep_outputs: int | None) -> None:
+        self.keep_outputs = keep_outputs
         self._snapshots = snapshots
         self.spark = spark
         self.manifest = manifest
@@ -190,7 +239,15 @@ class SparkJoin:
         is a new ``state_dir``.  Within a partition, rows are sorted before loading so
         that a resumed task sees the same batches as the failed one (resuming checks a
         digest of the batches it skips and refuses input that changed).
+
+        ``strategy`` is a :func:`population.preset` name or ``"auto"``; ``small_side``
+        ``None``, ``"left"`` or ``"right"``: checked before anything runs
+        (:class:`population.PopulationError`).  If the call fails, its output directory
+        is removed unless it holds output a ``populate(resume=True)`` continues.
         """
+        strategy = args.check_strategy(strategy)
+        small_side = args.check_small_side(small_side)
+        resume = args.check_bool(resume, "resume")
         if self._snapshots is None:
             raise SparkIOError(
                 f"join {self.name!r} was re-attached with SparkJoin.open(), which has no "
@@ -210,10 +267,9 @@ class SparkJoin:
                 "state_dir"
             )
         t0 = time.perf_counter()
+        check_executors(self.spark)
         counts: dict[str, int] = {s: self._snapshots[s].count() for s in _SIDES}
         small: SideName = small_side or choose_small_side(counts)
-        if small not in _SIDES:
-            raise SchemaMismatchError(f"small_side={small!r} must be 'left' or 'right'")
         if running is not None:
             for name, mine, theirs in (("small_side", small, running.get("small_side")),
                                        ("strategy", strategy, running.get("strategy"))):
@@ -230,19 +286,31 @@ class SparkJoin:
             self.manifest.write(self.state_dir)
         big: SideName = "right" if small == "left" else "left"
         sizes: dict[str, int] = {s: math.ceil(counts[s] / self.shards) for s in _SIDES}
-        out_dir = self._output_dir(op)
+        out_dir, _ = self._output_dir(op, "populate")
         jobs = []
-        for side, final in ((small, False), (big, True)):
-            task = PopulateTask(
-                self.manifest, str(self.state_dir), options_to_dict(self.options), side=side,
-                output_dir=str(out_dir), strategy=strategy, sizes=sizes, final=final,
-                resume=resume,
-            )
-            rows = self._snapshot_rows(side)
-            # A deterministic order per shard: a resumed task must meet the same batches.
-            routed = route(rows, self.manifest, side).sortWithinPartitions(*rows.columns)
-            jobs.append(self._run_job(routed, task, side))
-        self._control(go_live=True)
+        try:
+            for side, final in ((small, False), (big, True)):
+                task = PopulateTask(
+                    self.manifest, str(self.state_dir), options_to_dict(self.options),
+                    side=side, output_dir=str(out_dir), strategy=strategy, sizes=sizes,
+                    final=final, resume=resume,
+                )
+                rows = self._snapshot_rows(side)
+                # A deterministic order per shard: a resumed task must meet the same batches.
+                routed = route(rows, self.manifest, side).sortWithinPartitions(*rows.columns)
+                jobs.append(self._run_job(routed, task, side))
+            self._control(go_live=True)
+        except BaseException as exc:
+            # populate(resume=True) continues into this directory; keep it if it holds
+            # output (an empty one is simply created again).
+            if not _holds_output(out_dir):
+                shutil.rmtree(out_dir, ignore_errors=True)
+            if isinstance(exc, Exception) and not isinstance(exc, PopulationStateError):
+                exc.add_note(
+                    f"populate operation {op} of join {self.name!r} is recorded as "
+                    "interrupted: once the cause is fixed, populate(resume=True) with the "
+                    "same snapshots continues it")
+            raise
         self.manifest = self.manifest.replace(populated=op, populating=None)
         self.manifest.write(self.state_dir)
         self._finish(SparkReport(
@@ -250,6 +318,7 @@ class SparkJoin:
             output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
             strategy=strategy, small_side=small,
         ))
+        self._completed(out_dir)
         return self._read(out_dir)
 
     def _snapshot_rows(self, side: SideName) -> DataFrame:
@@ -267,12 +336,31 @@ class SparkJoin:
         Returns the output change set as a DataFrame over Parquet (eager, exactly once:
         see the module docstring).  Each shard's part of the change is one WriteBatch
         committed with the operation id; calling ``apply`` again with the same ``op_id``
-        returns the recorded output and applies nothing.
+        returns the recorded output and applies nothing.  ``op_id``: letters, digits,
+        ``.``, ``_``, ``-``.
+
+        If the call fails, the output directory it created is removed, and the error
+        carries a note with the operation id: shards that finished have committed it,
+        so ``apply(side, changes, op_id=<that id>)`` completes the change exactly once.
         """
-        op = op_id or _operation_id("apply")
-        out_dir = self._output_dir(op)
-        self._apply(side, changes, commit_id=f"spark-apply:{op}", out_dir=out_dir,
-                    operation=op, kind="apply")
+        side = args.check_side(side)
+        changes = args.check_dataframe(changes, "changes")
+        op = args.check_op_id(op_id, "op_id") or _operation_id("apply")
+        rows = self._conform_changes(side, changes)  # schema checked before any directory
+        out_dir, created = self._output_dir(op, "apply")
+        try:
+            self._apply(side, rows, commit_id=f"spark-apply:{op}", out_dir=out_dir,
+                        operation=op, kind="apply")
+        except BaseException as exc:
+            if created:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            if isinstance(exc, Exception):
+                exc.add_note(
+                    f"apply operation id {op!r}: shards that finished committed it; "
+                    f"apply({side!r}, <the same changes>, op_id={op!r}) completes it exactly "
+                    "once")
+            raise
+        self._completed(out_dir)
         return self._read(out_dir)
 
     def foreach_batch_sink(
@@ -292,31 +380,36 @@ class SparkJoin:
         new ``sink_id`` or ``output_path``.  Each shard keeps the ids of its last
         ``retain`` batches.
         """
-        if side not in _SIDES:
-            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
-        if retain < 1:
-            raise SchemaMismatchError(f"retain={retain} must be >= 1")
-        base = Path(output_path).resolve()
+        side = args.check_side(side)
+        base = args.check_path(output_path, "output_path")
+        sink_id = args.check_op_id(sink_id, "sink_id")
+        retain = args.check_retain(retain)
         sid = sink_id or f"{side}-{hashlib.sha1(str(base).encode()).hexdigest()[:12]}"
         prefix = f"spark-stream:{sid}:"
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
+            rows = self._conform_changes(side, args.check_dataframe(batch_df, "batch_df"))
             out_dir = base / f"batch_id={batch_id}"
             if out_dir.exists():
                 shutil.rmtree(out_dir)  # a replay: rewritten from the recorded outputs
             out_dir.mkdir(parents=True)
-            self._apply(side, batch_df, commit_id=f"{prefix}{batch_id}", out_dir=out_dir,
-                        operation=f"{sid}-{batch_id}", kind="micro-batch",
-                        forget=(prefix, batch_id - retain + 1),
-                        report_path=out_dir / "_joinstate_report.json")
+            try:
+                self._apply(side, rows, commit_id=f"{prefix}{batch_id}", out_dir=out_dir,
+                            operation=f"{sid}-{batch_id}", kind="micro-batch",
+                            forget=(prefix, batch_id - retain + 1),
+                            report_path=out_dir / "_joinstate_report.json")
+            except BaseException:
+                # Spark runs the batch again after a restart; no partial batch meanwhile.
+                shutil.rmtree(out_dir, ignore_errors=True)
+                raise
 
         return sink
 
-    def _apply(self, side: SideName, changes: DataFrame, *, commit_id: str, out_dir: Path,
+    def _apply(self, side: SideName, rows: DataFrame, *, commit_id: str, out_dir: Path,
                operation: str, kind: str, forget: tuple[str, int] | None = None,
                report_path: Path | None = None) -> None:
+        """Apply conformed change rows (:meth:`_conform_changes`)."""
         t0 = time.perf_counter()
-        rows = self._conform_changes(side, changes)
         task = ApplyTask(
             self.manifest, str(self.state_dir), options_to_dict(self.options), side=side,
             output_dir=str(out_dir), commit_id=commit_id,
@@ -331,8 +424,7 @@ class SparkJoin:
 
     def _conform_changes(self, side: SideName, changes: DataFrame) -> DataFrame:
         """Select the side's columns (checked castable) and ``_weight`` as a long."""
-        if side not in _SIDES:
-            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+        side = args.check_side(side)
         schema = self.manifest.side(side).schema
         given = {f.name: f.dataType for f in changes.schema.fields}
         check_column_types(schema, {n: arrow_type(t, n) for n, t in given.items()}, side)
@@ -350,8 +442,8 @@ class SparkJoin:
         Lazily evaluated and read-only, but each evaluation opens every shard, so do not
         evaluate it while an operation on this join runs (it would meet a locked shard).
         """
-        if side not in _SIDES:
-            raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
+        side = args.check_side(side)
+        check_executors(self.spark)
         schema = T.StructType([*self.side_schema(side).fields,
                                T.StructField(WEIGHT, T.LongType(), False)])
         task = StateTask(self.manifest, str(self.state_dir), options_to_dict(self.options),
@@ -377,21 +469,54 @@ class SparkJoin:
         return self._run_job(self._shard_ids(), task, "both")
 
     def _run_job(self, df: DataFrame, task: Callable[..., Any], side: str) -> JobReport:
+        check_executors(self.spark)  # cached: one probe task per session
         t0 = time.perf_counter()
         try:
             rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
-        except Exception as exc:  # Spark wraps task failures; surface the joinstate error
+        except Exception as exc:  # Spark wraps task failures; surface the library error
             err = translate_task_error(exc)
             if err is None:
                 raise
-            raise err from exc
+            # Spark's exception (with the executor's traceback) stays on err.spark_error.
+            raise err from None
         return JobReport(side=side, seconds=time.perf_counter() - t0,
                          shards=tuple(ShardReport.from_row(r) for r in rows))
 
-    def _output_dir(self, operation: str) -> Path:
-        path = self.state_dir / "_spark" / "outputs" / operation
+    @property
+    def outputs_dir(self) -> Path:
+        """Where operation outputs live: ``<state_dir>/_spark/outputs/``."""
+        return self.state_dir / "_spark" / "outputs"
+
+    def _output_dir(self, operation: str, kind: str) -> tuple[Path, bool]:
+        """The operation's output directory, and whether this call created it."""
+        path = self.outputs_dir / operation
+        created = not path.exists()
         path.mkdir(parents=True, exist_ok=True)
-        return path
+        marker = path / _MARKER
+        if not marker.exists():
+            marker.write_text(json.dumps(
+                {"join": self.name, "operation": operation, "kind": kind}))
+        return path, created
+
+    def _completed(self, out_dir: Path) -> None:
+        """Mark ``out_dir`` finished (now), then apply the ``keep_outputs`` retention."""
+        marker = out_dir / _MARKER
+        info = _read_marker(out_dir) or {"join": self.name, "operation": out_dir.name}
+        info["finished"] = time.time()
+        marker.write_text(json.dumps(info))
+        if self.keep_outputs is None:
+            return
+        finished = []
+        for d in self.outputs_dir.iterdir():
+            m = _read_marker(d)
+            if m is None or m.get("join") != self.name or "finished" not in m:
+                continue  # another join's, an unfinished (resumable) one, or not ours
+            if d != out_dir:
+                finished.append((float(m["finished"]), d.name, d))
+        finished.sort(reverse=True)
+        for _, _, d in finished[max(0, self.keep_outputs - 1):]:
+            log.info("keep_outputs=%d: removing old output %s", self.keep_outputs, d)
+            shutil.rmtree(d, ignore_errors=True)
 
     def _read(self, path: Path) -> DataFrame:
         return self.spark.read.schema(self.output_schema).parquet(str(path))
@@ -407,3 +532,26 @@ class SparkJoin:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.to_json())
         log.info("%s", report.summary())
+
+
+def _check_session(spark: object) -> None:
+    from pyspark.sql import SparkSession
+
+    if not isinstance(spark, SparkSession):
+        raise SchemaMismatchError(
+            f"spark must be a pyspark.sql.SparkSession, got {type(spark).__name__}")
+
+
+def _read_marker(directory: Path) -> dict[str, Any] | None:
+    try:
+        raw = json.loads((directory / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _holds_output(directory: Path) -> bool:
+    """Whether ``directory`` holds a visible (non ``.``/``_``) file."""
+    with contextlib.suppress(OSError):
+        return any(not f.name.startswith((".", "_")) for f in directory.iterdir())
+    return False

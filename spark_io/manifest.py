@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from joinstate import JoinSpecMismatchError, Side
 from joinstate.catalog import spec_diff
+from spark_io.args import normalize_how
 from spark_io.errors import ManifestError
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ class Manifest:
     populating: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        # Spark's join-type aliases ("outer", "leftouter", ...) are stored as joinstate's.
+        object.__setattr__(self, "how", normalize_how(self.how))
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) \
                 or not 1 <= self.shards <= 65_536:
             raise ManifestError(f"shards={self.shards!r} must be an int between 1 and 65536")
