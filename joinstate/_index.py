@@ -72,6 +72,26 @@ class Index:
         self.cache_maintained = 0
         self.policy = ProbePolicy(store.options.probe, store.options.probe_cache_max_rows)
 
+    def _cache_stamp(self) -> list[int]:
+        return [self.store.counter(self.cf, "seq"), self.store.counter(self.cf, "entries")]
+
+    def restore_cache(self) -> None:
+        """Rebuild the probe cache at open if the side had one when the store closed.
+
+        Called once the join's spec is known to match the catalog (the rows decode).
+
+        The decision to cache a side was paid for by the probes before the close (ski
+        rental); making the first batches after a reopen pay for it again would make
+        them slower than the tenth.  Only the decision is kept, not the rows.
+        """
+        if self.store.read_only or self.policy.mode == "point":
+            return
+        saved = self.store.load_arrays(f"probe-cache-{self.cf}", self._cache_stamp())
+        if saved is not None and int(saved["cached"][0]):
+            cache = self.build_cache()
+            if len(cache) <= self.policy.max_rows:
+                self.cache = cache
+
     # ---- names, counters, views -------------------------------------------------------
 
     def column_families(self) -> tuple[str, ...]:
@@ -253,6 +273,8 @@ class Index:
         """Keep derived in-memory state beside the store (called when it closes)."""
         for layout in (self.layout, self.nulls):
             layout.save()
+        cached = np.array([self.cache is not None], dtype=np.int64)
+        self.store.save_arrays(f"probe-cache-{self.cf}", self._cache_stamp(), cached=cached)
 
     def after_write(self, batch: PreparedBatch) -> None:
         """Keep the probe cache coherent with a batch that was just written."""

@@ -125,6 +125,8 @@ class Join:
         for idx in (self.left, self.right):
             for cf in idx.column_families():
                 store.cf(cf)
+        for idx in (self.left, self.right):
+            idx.restore_cache()
 
     def raise_spec_mismatch(self, stored: dict[str, Any]) -> None:
         """Raise :class:`JoinSpecMismatchError` naming every field that differs."""

@@ -176,3 +176,26 @@ def test_unique_key_set_absent_built_and_colliding(tmp_path: Path, monkeypatch: 
         with pytest.raises(joinstate.UniqueKeyViolationError):
             join.push("left", pa.table({"k": [5], "u": [50], "a": ["t2"]}))
         assert join.rows("left") == 6
+
+
+def test_probe_cache_is_rebuilt_at_reopen_only_if_it_was_in_use(tmp_path: Path) -> None:
+    left = joinstate.Side(RIGHT, ["k"], ["k"])
+    right = joinstate.Side(RIGHT, ["k"])
+    path = tmp_path / "s"
+    dim = pa.table({"k": np.arange(500), "v": np.arange(500) * 2})
+    probe = pa.table({"k": np.arange(0, 1000, 3), "v": np.zeros(334, np.int64)})
+    with joinstate.StateStore(path, joinstate.StoreOptions(probe="scan")) as store:
+        join = store.join("j", left=left, right=right)
+        join.push("left", dim)
+        join.push("right", probe)
+        assert join.left.cache is not None
+    with joinstate.StateStore(path) as store:  # probe="auto": the decision is kept
+        join = store.join("j")
+        assert join.left.cache is not None
+        out = join.push("right", probe)
+        assert out.num_rows == len(range(0, 500, 3))
+    with joinstate.StateStore(path) as store:
+        join = store.join("j")
+        join.left.cache = None  # not in use when this store closes
+    with joinstate.StateStore(path) as store:
+        assert store.join("j").left.cache is None
