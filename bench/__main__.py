@@ -15,6 +15,7 @@ SUITES = {
     "population": ("bench.population", "population strategies x orders; small-side memtables"),
     "spark": ("bench.spark_population", "population driven from Spark mapInArrow workers"),
     "live": ("bench.live", "live-phase batches on TPC-DS customer x store_sales vs DuckDB"),
+    "q4": ("bench.q4", "TPC-DS query 4 as a live pipeline: timed change batches vs DuckDB"),
 }
 
 

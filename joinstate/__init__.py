@@ -32,6 +32,7 @@ from joinstate.errors import (
 )
 from joinstate.join import How, Join, output_schema
 from joinstate.options import IndexOptions, Memtable, StoreOptions
+from joinstate.pipeline import GroupedStream, Pipeline, Stream
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
 from joinstate.store import StateStore
@@ -52,6 +53,8 @@ __all__ = [
     "JoinSpecMismatchError",
     "JoinStateError",
     "Memtable",
+    "Pipeline",
+    "GroupedStream",
     "NotAStateStoreError",
     "OptionsError",
     "OverRetractionError",
@@ -66,6 +69,7 @@ __all__ = [
     "StateReadOnlyError",
     "StateStore",
     "StoreOptions",
+    "Stream",
     "Transaction",
     "UniqueKeyViolationError",
     "WeightOverflowError",

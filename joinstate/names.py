@@ -14,6 +14,11 @@ Column families of one index ``<cf>``:
 ``__meta__`` holds bookkeeping only, never data; its keys are ``<kind>\x00<parts>``:
 the layout version, one catalog entry per join, each join's phase, commit records, and
 per-column-family counters (big-endian int64, updated in the same write as the data).
+
+Column families of one group-by aggregation ``<base>`` (:mod:`joinstate.aggregate`):
+
+* ``agg[<base>]``         one entry per group: its key values and aggregate state
+* ``agg[<base>].minmax``  the multiset of (group, value) -> count behind min/max
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ __all__ = [
     "INGEST_INTENT_PREFIX",
     "LAYOUT_VERSION_KEY",
     "META_CF",
+    "aggregate_cf",
+    "aggregate_values_cf",
     "commit_key",
     "commit_prefix",
     "counter_key",
@@ -44,6 +51,8 @@ __all__ = [
     "nulls_cf",
     "option_aliases",
     "phase_key",
+    "pipeline_owner",
+    "pipeline_spec_key",
     "progress_key",
     "progress_prefix",
     "source_of_join_side",
@@ -93,6 +102,20 @@ def degree_cf(index: str) -> str:
     return index + _DEGREE
 
 
+def aggregate_cf(base: str) -> str:
+    """The family of the groups of aggregation ``base`` (one entry per group).
+
+    The brackets close the name, so no ``base`` makes it collide with another
+    aggregation's families (or an index's, which start with ``ix.``).
+    """
+    return f"agg[{base}]"
+
+
+def aggregate_values_cf(base: str) -> str:
+    """The family of the (group, value) multiset behind aggregation ``base``'s min/max."""
+    return aggregate_cf(base) + ".minmax"
+
+
 def is_keyed_cf(cf: str) -> bool:
     """Whether ``cf``'s keys start with the 8-byte key hash (prefix extractor applies)."""
     return cf.startswith(_INDEX) and not cf.endswith(_NULLS)
@@ -121,6 +144,19 @@ def join_spec_prefix() -> bytes:
 def join_spec_key(join: str) -> bytes:
     """Catalog entry of join ``join`` (its JSON spec)."""
     return join_spec_prefix() + join.encode()
+
+
+def pipeline_spec_key(pipeline: str) -> bytes:
+    """Catalog entry of pipeline ``pipeline`` (its JSON definition)."""
+    return b"pipeline\x00" + pipeline.encode()
+
+
+def pipeline_owner(pipeline: str) -> str:
+    """The owner name of a pipeline's commit records and progress markers.
+
+    ``~`` is not allowed in join names, so a pipeline never shares them with a join.
+    """
+    return f"pipeline~{pipeline}"
 
 
 def phase_key(join: str) -> bytes:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from joinstate.join import How
     from joinstate.options import StoreOptions
+    from joinstate.pipeline import Pipeline
 
 __all__ = ["LAYOUT_VERSION", "StateStore"]
 
@@ -46,12 +47,32 @@ class StateStore(Database):
         self, path: str | Path, options: StoreOptions | None = None, *, read_only: bool = False
     ) -> None:
         self._joins: dict[str, Join] = {}
+        self._pipelines: dict[str, Pipeline] = {}
         super().__init__(path, options, read_only=read_only)
 
     def _detach(self) -> None:
         for j in self._joins.values():
             j.detach()
         self._joins.clear()
+        for p in self._pipelines.values():
+            p.detach()
+        self._pipelines.clear()
+
+    def register(self, pipeline: Pipeline) -> None:
+        """Attach a compiled pipeline: the store saves its derived state on close.
+
+        One pipeline object per name and open store: two objects over the same column
+        families would keep diverging in-memory state (key sets, probe caches).
+        """
+        self._require_open()
+        with self.lock:
+            existing = self._pipelines.get(pipeline.name)
+            if existing is not None and existing is not pipeline:
+                raise SchemaMismatchError(
+                    f"pipeline {pipeline.name!r} is already open on this store; use that "
+                    "object (or close the store and reopen it)"
+                )
+            self._pipelines[pipeline.name] = pipeline
 
     def transaction(self) -> Transaction:
         """A new transaction against this store (see :mod:`joinstate.transaction`)."""

@@ -12,6 +12,7 @@ exception) resumes with ``populate(..., resume=True)``: see :mod:`population.res
 
 from population.driver import ORDERS, populate
 from population.errors import BulkLoadRefused, PopulationError, PopulationInterruptedError
+from population.pipeline import PipelineReport, populate_pipeline
 from population.report import Report, SideReport
 from population.resume import Marker, OutputBatch, completed, interrupted, markers
 from population.strategy import Strategy, choose, preset, small_side
@@ -22,6 +23,7 @@ __all__ = [
     "Marker",
     "OutputBatch",
     "PopulationError",
+    "PipelineReport",
     "PopulationInterruptedError",
     "Report",
     "SideReport",
@@ -31,6 +33,7 @@ __all__ = [
     "interrupted",
     "markers",
     "populate",
+    "populate_pipeline",
     "preset",
     "small_side",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import psutil
@@ -38,10 +38,11 @@ from compaction import (
     ThresholdCrossed,
     guarded,
 )
-from joinstate import IndexOptions, SchemaMismatchError
+from joinstate import IndexOptions, Pipeline, SchemaMismatchError
 from joinstate.activity import counter_delta, statistics_counters
 from population.bulk import SstIngester, remove_staging
 from population.errors import BulkLoadRefused, PopulationError
+from population.pipeline import PipelineReport, populate_pipeline
 from population.progress import Progress
 from population.report import Report, SideReport
 from population.resume import (
@@ -374,22 +375,50 @@ def _skip(join: Join, side: str, source: Source, rec: Marker,
         changed(f"it has more than the {rec.batches} batches that were loaded in full")
 
 
+@overload
 def populate(
-    join: Join,
-    left: Any,
-    right: Any,
+    join: Pipeline, left: None = None, right: None = None,
+    strategy: str | Strategy | None = None, order: Order | str | None = None,
+    sink: Callable[..., Any] | None = None, progress: bool = True, *,
+    sources: Mapping[str, Any], sizes: Mapping[str, int] | None = None,
+    batch_rows: int | None = None, go_live: bool = True,
+    sample_interval: float = SAMPLE_INTERVAL, resume: bool = False,
+) -> PipelineReport: ...
+
+
+@overload
+def populate(
+    join: Join, left: Any, right: Any,
+    strategy: str | Strategy | None = None, order: Order | str | None = None,
+    sink: Callable[..., Any] | None = None, progress: bool = True, *,
+    sources: None = None, sizes: Mapping[str, int] | None = None,
+    batch_rows: int | None = None, go_live: bool = True,
+    sample_interval: float = SAMPLE_INTERVAL, resume: bool = False,
+) -> Report: ...
+
+
+def populate(
+    join: Join | Pipeline,
+    left: Any = None,
+    right: Any = None,
     strategy: str | Strategy | None = None,
     order: Order | str | None = None,
     sink: Callable[..., Any] | None = None,
     progress: bool = True,
     *,
+    sources: Mapping[str, Any] | None = None,
     sizes: Mapping[str, int] | None = None,
     batch_rows: int | None = None,
     go_live: bool = True,
     sample_interval: float = SAMPLE_INTERVAL,
     resume: bool = False,
-) -> Report:
+) -> Report | PipelineReport:
     """Load both sides of ``join`` from existing data, emit the initial output, go live.
+
+    **Pipelines**: ``populate(pipeline, sources={name: data, ...}, strategy=...)`` loads
+    every source of a :class:`joinstate.Pipeline`, smallest first, and returns a
+    :class:`~population.pipeline.PipelineReport` (per source, operator and index); see
+    :func:`population.pipeline.populate_pipeline` for what carries over.
 
     ``left``/``right``: a pyarrow Table, RecordBatch or RecordBatchReader, a Parquet
     path, or an iterable of record batches.  ``strategy``: ``"symmetric"``,
@@ -438,6 +467,27 @@ def populate(
     path (and a store reopened after a crash starts with it on).  Returns a
     :class:`Report`.
     """
+    if isinstance(join, Pipeline):
+        if left is not None or right is not None or order is not None:
+            msg = (
+                "a pipeline is populated with sources={name: data}; left=, right= and "
+                "order= are for a single join (sources load smallest first)"
+            )
+            raise PopulationError(
+                msg
+            )
+        if isinstance(strategy, Strategy):
+            msg = (
+                "a pipeline takes strategy= as a name: "
+                                  "'symmetric', 'asymmetric' or 'auto'"
+            )
+            raise PopulationError(msg)
+        return populate_pipeline(join, sources or {}, strategy, sink=sink, progress=progress,
+                                 batch_rows=batch_rows, sizes=sizes, resume=resume,
+                                 go_live=go_live)
+    if sources is not None:
+        msg = "sources= is for pipelines; a join takes left= and right="
+        raise PopulationError(msg)
     if order is not None and order not in ORDERS:
         raise PopulationError(f"order={order!r} must be one of {ORDERS}")
     if not sample_interval >= 0:
@@ -471,7 +521,7 @@ def populate(
     identity: dict[str, dict[str, Any] | None] = {s: source_identity(data[s]) for s in SIDES}
 
     small: SideName
-    sources: dict[str, Source]
+    side_sources: dict[str, Source]
     if found:
         rec = next(iter(found.values()))
         for other in found.values():
@@ -492,15 +542,15 @@ def populate(
             raise_interrupted(join, found, f"its strategy is unreadable ({exc})")
         order, small, small_from = rec.order, rec.small, rec.small_from  # type: ignore[assignment]
         batch_rows = rec.batch_rows
-        sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
+        side_sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
         for s, m in found.items():
-            _skip(join, m.side, sources[s], m, found, identity[s])
-        known: dict[str, int | None] = {s: sources[s].rows for s in SIDES}
+            _skip(join, m.side, side_sources[s], m, found, identity[s])
+        known: dict[str, int | None] = {s: side_sources[s].rows for s in SIDES}
     else:
         order = order or "small-first"
         batch_rows = batch_rows or DEFAULT_BATCH_ROWS
-        sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
-        known = {s: sources[s].rows for s in SIDES}
+        side_sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
+        known = {s: side_sources[s].rows for s in SIDES}
         if sizes:
             known.update(sizes)
         strategy = "asymmetric" if strategy is None else strategy
@@ -510,7 +560,7 @@ def populate(
             small = small_side({"left": known["left"], "right": known["right"]})
             small_from = "sizes"
         else:
-            small, counted_sizes = count_small(sources)
+            small, counted_sizes = count_small(side_sources)
             small_from = "counted"
             known = {s: known[s] if known[s] is not None else counted_sizes[s] for s in SIDES}
 
@@ -519,7 +569,7 @@ def populate(
         elif strategy == "auto":
             big: SideName = "right" if small == "left" else "left"
             strat = choose(
-                known, {s: sources[s].snapshot for s in SIDES},
+                known, {s: side_sources[s].snapshot for s in SIDES},
                 append_only_big=join.index(big).bulk_loadable,
             )
             if known[big] is None and small_from == "counted":
@@ -536,7 +586,7 @@ def populate(
     if known["left"] is not None and known["right"] is not None:
         total = known["left"] + known["right"]
     bar = Progress(progress, total, f"populate {join.name}")
-    run = _Run(join, store, strat, small, order, sources, sink, bar, sample_interval,
+    run = _Run(join, store, strat, small, order, side_sources, sink, bar, sample_interval,
                small_from=small_from, batch_rows=batch_rows, identity=identity,
                go_live=go_live)
     # A side without a marker has nothing durable: its outputs all come again.
