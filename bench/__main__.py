@@ -14,6 +14,7 @@ SUITES = {
     "core": ("bench.core", "push rates of the join operator vs the raw WriteBatch ceiling"),
     "population": ("bench.population", "population strategies x orders; small-side memtables"),
     "spark": ("bench.spark_population", "population driven from Spark mapInArrow workers"),
+    "q4spark": ("bench.q4spark", "TPC-DS q4 on local Spark (SparkPipeline), checked by DuckDB"),
     "live": ("bench.live", "live-phase batches on TPC-DS customer x store_sales vs DuckDB"),
     "q4": ("bench.q4", "TPC-DS query 4 as a live pipeline: timed change batches vs DuckDB"),
 }

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANNELS", "KINDS", "TABLES", "Channel", "Integrated", "Reference", "Workload",
-    "apply_delta", "build_q4", "compare", "consolidate", "load", "main",
+    "apply_delta", "build_q4", "define_q4", "compare", "consolidate", "load", "main",
     "populate_pipeline", "reference_sql", "run_q4", "to_markdown",
 ]
 
@@ -206,11 +206,19 @@ def build_q4(store: joinstate.StateStore, name: str = "q4",
     ``year_total`` is the CTE: the three channels' per customer-year totals, with
     DuckDB's column names and order.  ``q4`` is the final answer without ORDER BY and
     LIMIT (a multiset; its first 100 rows in DuckDB's order are DuckDB's answer).  The
-    six legs keep only the columns the final WHERE and select use, so the six-way
-    join's state holds ids and totals, not names and e-mails (the same answer: the
-    other columns are never read).
+    six legs keep only the columns the final WHERE and select use; as filters and
+    column picks of ``year_total`` they read one shared index of it on ``customer_id``.
     """
     p = joinstate.Pipeline(store, name, share_indexes=share_indexes)
+    define_q4(p)
+    return p
+
+
+def define_q4(p: joinstate.Pipeline) -> None:
+    """Add q4's sources, operators and outputs to an empty pipeline.
+
+    Spark workers and stages rebuild the pipeline from this function.
+    """
     customer = p.source("customer", schema=SCHEMAS["customer"],
                         unique_key=UNIQUE_KEYS["customer"])
     date_dim = p.source("date_dim", schema=SCHEMAS["date_dim"],
@@ -233,7 +241,6 @@ def build_q4(store: joinstate.StateStore, name: str = "q4",
              & (c_ratio > _ratio("t_w_firstyear", "t_w_secyear")))
     p.output("q4", joined.filter(where).select(
         {c: f"t_s_secyear_{c}" for c in ANSWER_COLUMNS}))
-    return p
 
 
 # ---- Z-sets --------------------------------------------------------------------------

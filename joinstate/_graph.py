@@ -152,7 +152,8 @@ class JoinNode(Node):
         """Each side's columns that appear in ``need``, plus its key."""
         left, right = self.inputs
         ln = {c for c, o in zip(left.schema.names, self.out_left, strict=True) if o in need}
-        rn = {c for c, o in zip(right.schema.names, self.out_right, strict=True) if o in need}
+        rn = ({c for c, o in zip(right.schema.names, self.out_right, strict=True) if o in need}
+              if self.out_right else set())  # semi/anti joins output no right column
         return [ln | set(self.left_key), rn | set(self.right_key)]
 
 

@@ -1050,7 +1050,8 @@ class Pipeline:
                   n: int) -> pa.Table:
         cols = self._cols[node.id]
         lmap = dict(zip(node.out_left, node.inputs[0].schema.names, strict=True))
-        rmap = dict(zip(node.out_right, node.inputs[1].schema.names, strict=True))
+        rmap = (dict(zip(node.out_right, node.inputs[1].schema.names, strict=True))
+                if node.out_right else {})
         arrays = []
         for f in self._rt[node.id]:
             if f.name in lmap:

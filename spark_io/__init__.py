@@ -43,6 +43,7 @@ except ImportError as _missing:
 from spark_io.args import JOIN_TYPES
 from spark_io.executors import check_executors
 from spark_io.job import SparkJoin
+from spark_io.pipeline import SparkPipeline
 from spark_io.report import SparkReport
 from spark_io.session import local_session
 
@@ -54,6 +55,7 @@ __all__ = [
     "ShardBusyError",
     "SparkIOError",
     "SparkJoin",
+    "SparkPipeline",
     "SparkNotInstalledError",
     "SparkReport",
     "check_executors",

@@ -64,7 +64,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SparkJoin"]
+__all__ = [
+    "SparkJoin",
+    "check_session",
+    "complete_output_dir",
+    "open_output_dir",
+    "operation_id",
+    "run_job",
+    "write_report",
+]
 
 log = logging.getLogger(__name__)
 
@@ -469,18 +477,7 @@ class SparkJoin:
         return self._run_job(self._shard_ids(), task, "both")
 
     def _run_job(self, df: DataFrame, task: Callable[..., Any], side: str) -> JobReport:
-        check_executors(self.spark)  # cached: one probe task per session
-        t0 = time.perf_counter()
-        try:
-            rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
-        except Exception as exc:  # Spark wraps task failures; surface the library error
-            err = translate_task_error(exc)
-            if err is None:
-                raise
-            # Spark's exception (with the executor's traceback) stays on err.spark_error.
-            raise err from None
-        return JobReport(side=side, seconds=time.perf_counter() - t0,
-                         shards=tuple(ShardReport.from_row(r) for r in rows))
+        return run_job(self.spark, df, task, side)
 
     @property
     def outputs_dir(self) -> Path:
@@ -489,34 +486,11 @@ class SparkJoin:
 
     def _output_dir(self, operation: str, kind: str) -> tuple[Path, bool]:
         """The operation's output directory, and whether this call created it."""
-        path = self.outputs_dir / operation
-        created = not path.exists()
-        path.mkdir(parents=True, exist_ok=True)
-        marker = path / _MARKER
-        if not marker.exists():
-            marker.write_text(json.dumps(
-                {"join": self.name, "operation": operation, "kind": kind}))
-        return path, created
+        return open_output_dir(self.outputs_dir, self.name, operation, kind)
 
     def _completed(self, out_dir: Path) -> None:
         """Mark ``out_dir`` finished (now), then apply the ``keep_outputs`` retention."""
-        marker = out_dir / _MARKER
-        info = _read_marker(out_dir) or {"join": self.name, "operation": out_dir.name}
-        info["finished"] = time.time()
-        marker.write_text(json.dumps(info))
-        if self.keep_outputs is None:
-            return
-        finished = []
-        for d in self.outputs_dir.iterdir():
-            m = _read_marker(d)
-            if m is None or m.get("join") != self.name or "finished" not in m:
-                continue  # another join's, an unfinished (resumable) one, or not ours
-            if d != out_dir:
-                finished.append((float(m["finished"]), d.name, d))
-        finished.sort(reverse=True)
-        for _, _, d in finished[max(0, self.keep_outputs - 1):]:
-            log.info("keep_outputs=%d: removing old output %s", self.keep_outputs, d)
-            shutil.rmtree(d, ignore_errors=True)
+        complete_output_dir(self.outputs_dir, out_dir, self.name, self.keep_outputs)
 
     def _read(self, path: Path) -> DataFrame:
         return self.spark.read.schema(self.output_schema).parquet(str(path))
@@ -527,11 +501,83 @@ class SparkJoin:
         Next to Parquet output the file is named ``_...``, which Spark's readers skip.
         """
         self.last_report = report
-        if path is None:
-            path = self.state_dir / "_spark" / "reports" / f"{report.operation}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.to_json())
-        log.info("%s", report.summary())
+        write_report(report, path or self.state_dir / "_spark" / "reports"
+                     / f"{report.operation}.json")
+
+
+# ---- pieces shared with spark_io.pipeline ------------------------------------------------
+
+
+def operation_id(kind: str) -> str:
+    """A fresh operation id: ``<kind>-<UTC time>-<8 hex digits>``."""
+    return _operation_id(kind)
+
+
+def check_session(spark: object) -> None:
+    """Raise :class:`SchemaMismatchError` unless ``spark`` is a ``SparkSession``."""
+    _check_session(spark)
+
+
+def run_job(spark: SparkSession, df: DataFrame, task: Callable[..., Any], side: str
+            ) -> JobReport:
+    """Run ``df.mapInArrow(task, REPORT_SCHEMA)`` and collect its report rows.
+
+    A task failure carrying a joinstate, population or spark_io error is raised as that
+    error (Spark's exception on ``err.spark_error``).
+    """
+    check_executors(spark)  # cached: one probe task per session
+    t0 = time.perf_counter()
+    try:
+        rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
+    except Exception as exc:  # Spark wraps task failures; surface the library error
+        err = translate_task_error(exc)
+        if err is None:
+            raise
+        # Spark's exception (with the executor's traceback) stays on err.spark_error.
+        raise err from None
+    return JobReport(side=side, seconds=time.perf_counter() - t0,
+                     shards=tuple(ShardReport.from_row(r) for r in rows))
+
+
+def open_output_dir(outputs_dir: Path, owner: str, operation: str, kind: str
+                    ) -> tuple[Path, bool]:
+    """``<outputs_dir>/<operation>`` with its marker, and whether this call created it."""
+    path = outputs_dir / operation
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    marker = path / _MARKER
+    if not marker.exists():
+        marker.write_text(json.dumps({"join": owner, "operation": operation, "kind": kind}))
+    return path, created
+
+
+def complete_output_dir(outputs_dir: Path, out_dir: Path, owner: str, keep: int | None
+                        ) -> None:
+    """Mark ``out_dir`` finished (now); keep ``owner``'s newest ``keep`` finished ones."""
+    marker = out_dir / _MARKER
+    info = _read_marker(out_dir) or {"join": owner, "operation": out_dir.name}
+    info["finished"] = time.time()
+    marker.write_text(json.dumps(info))
+    if keep is None:
+        return
+    finished = []
+    for d in outputs_dir.iterdir():
+        m = _read_marker(d)
+        if m is None or m.get("join") != owner or "finished" not in m:
+            continue  # another owner's, an unfinished (resumable) one, or not ours
+        if d != out_dir:
+            finished.append((float(m["finished"]), d.name, d))
+    finished.sort(reverse=True)
+    for _, _, d in finished[max(0, keep - 1):]:
+        log.info("keep_outputs=%d: removing old output %s", keep, d)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def write_report(report: SparkReport, path: Path) -> None:
+    """Write ``report`` as JSON to ``path`` and log its summary."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report.to_json())
+    log.info("%s", report.summary())
 
 
 def _check_session(spark: object) -> None:

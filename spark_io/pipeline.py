@@ -1,0 +1,553 @@
+"""The driver's face for pipelines: :class:`SparkPipeline`.
+
+It runs a :class:`joinstate.Pipeline` definition on Spark, every stateful stage sharded
+by its key.
+
+::
+
+    def q4(p: joinstate.Pipeline) -> None:           # builds the graph on the given pipeline
+        customer = p.source("customer", schema=..., unique_key=["c_customer_sk"])
+        sales = p.source("store_sales", schema=...)
+        g = (sales.join(customer, on=("ss_customer_sk", "c_customer_sk"))
+                  .group_by(["c_customer_id"]).aggregate(total=("sum", "ss_net_paid")))
+        p.output("per_customer", g)
+
+    sp = spark_io.SparkPipeline(spark, q4, "/data/q4-state", shards=8)
+    outs = sp.populate({"customer": customer_df, "store_sales": sales_df})
+    outs = sp.apply("store_sales", changes_df)       # {output name: DataFrame + _weight}
+    sink = sp.foreach_batch_sink("store_sales", "/data/q4-out")   # for writeStream
+
+**The definition** is a callable that builds the graph on the ``joinstate.Pipeline`` it is
+given (sources, operators, ``p.output(...)``).  It runs once, on the driver, on a
+store-less pipeline that records the graph; the graph is cut into stages
+(:mod:`spark_io.stages`) and each stage's recipe (schemas and ``pyarrow.compute``
+expressions, all picklable) is shipped to the executors, which rebuild the stage's own
+small ``joinstate.Pipeline`` in each shard.  So the definition need not be importable on
+executors, and a lambda or a notebook function will do.
+
+**One operation** (``apply`` of one source, one source of ``populate``, one micro-batch)
+runs the stages in topological order.  For each stage input that received changes, one
+Spark job routes them by the stage's key (``mapInArrow`` + ``repartition``: partition
+``i`` is shard ``i``) and pushes each shard's rows into the (stage, shard) store as one
+transaction with a commit id derived from the operation; the stage's outputs go to
+Parquet under ``<state_dir>/_spark/outputs/<operation>/<source>/n<node id>/``, and the
+next stages read them from there.  Stage inputs that received nothing are skipped, so a
+change that a filter drops, or that touches no group, stops early.
+
+Exactly once.  As with :class:`spark_io.SparkJoin`, operations are **eager** and the
+returned DataFrames read Parquet files written once.  A retried task, or the same
+operation run again (``apply(..., op_id=<same id>)``, a replayed micro-batch id), finds
+each shard's commit id recorded and gets the recorded output back instead of applying
+again; since every stage's input is then the same, every downstream stage replays too.
+
+Failures.  Atomicity is per (stage, shard, push), not per operation: if an operation
+fails at its third stage, the first two have committed.  Re-running it with the same
+operation id (the note on the error names it) completes it exactly once, which covers
+transient failures (a lost executor, a full disk, a busy shard).  A change the sources
+cannot take (deleting a row that is not there) is normally refused by the first stage
+that indexes that source (its index holds the unfiltered rows, as in-process), before
+any later stage runs; only stateless tail stages (a source's filters that are outputs)
+run earlier, and they hold no state.
+
+Change sets are consolidated per shard and push (as ``joinstate.Pipeline.push`` does);
+an output fed by several stages or shards (a ``union_all`` of two stages' outputs, a
+projection dropping the key) may hold a row in several parts whose weights sum to its
+net change: consumers integrate by summing ``_weight``.
+
+State layout::
+
+    <state_dir>/<stage>/shard-NNNNN        one RocksDB store per (stage, shard)
+    <state_dir>/_spark/pipeline-<name>.json  the manifest (definition, stages, shards)
+    <state_dir>/_spark/outputs/<operation>/  Parquet output of populate/apply
+    <state_dir>/_spark/reports/<operation>.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from joinstate import WEIGHT, JoinSpecMismatchError, SchemaMismatchError
+from joinstate._graph import SourceNode
+from joinstate.catalog import spec_diff
+from joinstate.names import validate_name
+from joinstate.schema import check_column_types
+from spark_io import args
+from spark_io._worker import options_to_dict
+from spark_io.errors import ManifestError, PopulationStateError
+from spark_io.executors import check_executors
+from spark_io.job import (
+    check_session,
+    complete_output_dir,
+    open_output_dir,
+    operation_id,
+    run_job,
+    write_report,
+)
+from spark_io.manifest import PARTITIONER
+from spark_io.report import JobReport, SparkReport
+from spark_io.routing import SHARD, partition_key_column
+from spark_io.stages import (
+    GraphRecorder,
+    Stage,
+    StageControlTask,
+    StageInput,
+    StagePlan,
+    StageRouter,
+    StageTask,
+    plan_stages,
+)
+from spark_io.types import arrow_type, spark_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from joinstate import Pipeline, StoreOptions
+
+__all__ = ["SparkPipeline"]
+
+FORMAT = 1
+
+
+def manifest_path(state_dir: Path, name: str) -> Path:
+    """Where the manifest of pipeline ``name`` lives."""
+    return state_dir / "_spark" / f"pipeline-{name}.json"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically (temporary file in the same directory, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class SparkPipeline:
+    """A :class:`joinstate.Pipeline` run on Spark, its stateful stages sharded by key.
+
+    ``definition(p)`` builds the graph on the ``joinstate.Pipeline`` ``p`` it is given
+    (see the module docstring); ``state_dir`` is a local or shared directory every
+    executor sees; ``shards`` is fixed when the state is created.  Creating a
+    ``SparkPipeline`` on a ``state_dir`` that holds this pipeline re-attaches to it; a
+    different definition or shard count raises
+    :class:`~joinstate.JoinSpecMismatchError` naming what differs.  ``name`` names the
+    pipeline (manifest, commit records); ``keep_outputs`` is how many operation output
+    directories are kept (``None``: all).  The object lives on the driver; run one
+    operation at a time per ``state_dir``.
+    """
+
+    def __init__(
+        self, spark: SparkSession, definition: Callable[[Pipeline], object],
+        state_dir: str | Path, shards: int = 2, *, name: str = "pipeline",
+        options: StoreOptions | None = None, keep_outputs: int | None = 20,
+    ) -> None:
+        check_session(spark)
+        name = validate_name("pipeline", name)
+        if not callable(definition):
+            raise SchemaMismatchError(
+                f"definition must be a callable (pipeline) -> None that builds the graph on "
+                f"the joinstate.Pipeline it is given, got {type(definition).__name__}")
+        state = args.check_path(state_dir, "state_dir")
+        shards = args.check_shards(shards)
+        options = args.check_options(options)
+        keep = args.check_keep_outputs(keep_outputs)
+        recorder = GraphRecorder(name)
+        definition(recorder)
+        plan = plan_stages(recorder, name)
+        schemas = _spark_schemas(recorder, plan)
+        spec = _spec(name, shards, recorder, plan)
+        path = manifest_path(state, name)
+        stored: dict[str, Any] | None = None
+        if path.exists():
+            stored = _read_manifest(path, name)
+            diffs = spec_diff(stored["spec"], spec)
+            if diffs:
+                raise JoinSpecMismatchError(
+                    f"pipeline {name!r} in {state} was created with a different definition "
+                    f"or shard count ({'; '.join(diffs)}); use a new state_dir (or name)")
+        check_executors(spark)  # before the manifest is written: a broken setup leaves none
+        if stored is None:
+            stored = {"format": FORMAT, "kind": "pipeline", "spec": spec, "populated": None,
+                      "populating": None}
+            _write_json(path, stored)
+        self.spark = spark
+        self.name = name
+        self.state_dir = state
+        self.shards = shards
+        self.options = options
+        self.keep_outputs = keep
+        self.plan: StagePlan = plan
+        self.last_report: SparkReport | None = None
+        self._recorder = recorder
+        self._manifest = stored
+        self._schemas = schemas
+        self._owner = f"pipeline~{name}"
+
+    # ---- facts ----------------------------------------------------------------------------
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Source names, in definition order."""
+        return self._recorder.sources
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Output names, in definition order."""
+        return self._recorder.outputs
+
+    def output_schema(self, name: str) -> T.StructType:
+        """The Spark schema of output ``name``'s change sets (columns and ``_weight``)."""
+        return spark_schema(self._recorder.output_schema(name))
+
+    def source_schema(self, name: str) -> T.StructType:
+        """The Spark schema of source ``name``'s rows (without ``_weight``)."""
+        return spark_schema(self._recorder.source_schema(name))
+
+    @property
+    def stages(self) -> list[dict[str, Any]]:
+        """Every stage in run order: label, kind, key, inputs (and their keys), outputs."""
+        return [s.describe() for s in self.plan.stages]
+
+    def explain(self) -> str:
+        """The stages in words."""
+        lines = [f"pipeline {self.name!r}: {len(self.plan.stages)} stages over "
+                 f"{self.shards} shards"]
+        for s in self.plan.stages:
+            ins = ", ".join(f"{i.name} (from {i.boundary_label}, routed by {list(i.key)})"
+                            for i in s.inputs)
+            made = ", ".join(self.plan.nodes[n].label for n in s.produces)
+            lines.append(f"  {s.label}: {s.kind} keyed by {list(s.key)}; inputs {ins}; "
+                         f"writes {made}")
+        for o, nid in self.plan.outputs.items():
+            lines.append(f"  output {o} = {self.plan.nodes[nid].label}")
+        return "\n".join(lines)
+
+    @property
+    def outputs_dir(self) -> Path:
+        """Where operation outputs live: ``<state_dir>/_spark/outputs/``."""
+        return self.state_dir / "_spark" / "outputs"
+
+    # ---- operations -----------------------------------------------------------------------
+
+    def populate(self, sources: Mapping[str, DataFrame], *, order: Sequence[str] | None = None,
+                 resume: bool = False) -> dict[str, DataFrame]:
+        """Load snapshot DataFrames into the sources; return every output's change set.
+
+        Each source is pushed as one operation over all stages, in ``order``: by default
+        sources with a unique key (dimensions) first, then by row count, smallest first,
+        so that big pushes probe complete small indexes.  Sources not given stay empty.
+        Population happens once per state directory.  If the call fails, the error says
+        so and ``populate(<the same snapshots>, resume=True)`` continues it: the pushes
+        that completed are replayed from their commit ids, not applied again.
+        """
+        if not isinstance(sources, Mapping) or not sources:
+            raise SchemaMismatchError(
+                "sources must be a non-empty dict {source name: DataFrame}; pipeline "
+                f"{self.name!r} has sources {list(self.sources)}")
+        resume = args.check_bool(resume, "resume")
+        rows = {s: self._conform(s, args.check_dataframe(df, f"sources[{s!r}]"))
+                for s, df in sources.items()}
+        if self._manifest.get("populated") is not None:
+            raise PopulationStateError(
+                f"pipeline {self.name!r} in {self.state_dir} was populated already "
+                f"(operation {self._manifest['populated']}); use apply() for changes, or a "
+                "new state_dir")
+        running = self._manifest.get("populating")
+        if running is not None and not resume:
+            raise PopulationStateError(
+                f"pipeline {self.name!r} in {self.state_dir}: populate() (operation "
+                f"{running['operation']}) was interrupted midway; call populate(<the same "
+                "snapshots>, resume=True) to continue it, or use a new state_dir")
+        if running is None and resume:
+            raise PopulationStateError(
+                f"pipeline {self.name!r}: resume=True continues an interrupted populate(), "
+                "and none was interrupted")
+        if order is not None:
+            order = [str(s) for s in order]
+            if sorted(order) != sorted(rows):
+                raise SchemaMismatchError(
+                    f"order={order!r} must name each of the given sources {sorted(rows)} once")
+        elif running is not None:
+            order = list(running["order"])
+        else:
+            order = self._default_order(rows)
+        if running is not None and (list(running["order"]) != order):
+            raise PopulationStateError(
+                f"pipeline {self.name!r}: resume=True continues the interrupted populate() "
+                f"with sources {running['order']}; got {order}")
+        t0 = time.perf_counter()
+        op = str(running["operation"]) if running is not None else operation_id("populate")
+        if running is None:
+            self._manifest["populating"] = {"operation": op, "order": order}
+            _write_json(manifest_path(self.state_dir, self.name), self._manifest)
+        out_dir, _ = open_output_dir(self.outputs_dir, self._owner, op, "populate")
+        jobs: list[JobReport] = []
+        produced: dict[str, set[int]] = {}
+        try:
+            for s in order:
+                produced[s] = self._propagate(s, rows[s], out_dir / s, f"spark-populate:{op}:",
+                                              jobs)
+            jobs.append(self._control(forget_prefix=f"spark-populate:{op}:"))
+        except Exception as exc:
+            exc.add_note(
+                f"populate operation {op} of pipeline {self.name!r} is recorded as "
+                "interrupted: once the cause is fixed, populate(<the same snapshots>, "
+                "resume=True) continues it (completed pushes are not applied again)")
+            raise
+        self._manifest["populated"] = op
+        self._manifest["populating"] = None
+        _write_json(manifest_path(self.state_dir, self.name), self._manifest)
+        return self._finish(op, "populate", out_dir, produced, jobs, t0)
+
+    def apply(self, source: str, changes: DataFrame, *, op_id: str | None = None
+              ) -> dict[str, DataFrame]:
+        """Apply a change DataFrame (``source``'s columns + ``_weight``) to ``source``.
+
+        Returns every output's change set as a DataFrame over Parquet (eager, exactly
+        once: see the module docstring); an output the change does not reach is empty.
+        Calling ``apply`` again with the same ``op_id`` returns the recorded outputs and
+        applies nothing.  If the call fails, its output directory is removed and the
+        error carries a note with the operation id: ``apply(source, <the same changes>,
+        op_id=<that id>)`` completes the change exactly once.
+        """
+        changes = args.check_dataframe(changes, "changes")
+        op = args.check_op_id(op_id, "op_id") or operation_id("apply")
+        rows = self._conform(source, changes)  # checked before any directory
+        t0 = time.perf_counter()
+        out_dir, created = open_output_dir(self.outputs_dir, self._owner, op, "apply")
+        jobs: list[JobReport] = []
+        try:
+            produced = self._propagate(source, rows, out_dir / source, f"spark-apply:{op}:",
+                                       jobs)
+        except BaseException as exc:
+            if created:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            if isinstance(exc, Exception):
+                exc.add_note(
+                    f"apply operation id {op!r}: stage shards that finished committed it; "
+                    f"apply({source!r}, <the same changes>, op_id={op!r}) completes it "
+                    "exactly once")
+            raise
+        return self._finish(op, "apply", out_dir, {source: produced}, jobs, t0)
+
+    def foreach_batch_sink(
+        self, source: str, output_path: str | Path, *, sink_id: str | None = None,
+        retain: int = 2,
+    ) -> Callable[[DataFrame, int], None]:
+        """A ``foreachBatch`` function applying each micro-batch to ``source`` exactly once.
+
+        Every stage shard commits the micro-batch's id with its change (commit ids
+        ``spark-stream:<sink_id>:<batch id>:...``); a replayed batch id (Spark re-runs
+        the last batch after a failure) gets the recorded outputs back and applies
+        nothing.  Output ``o`` of batch ``b`` goes to Parquet under
+        ``<output_path>/<o>/batch_id=<b>/`` (replaced on replay; read it with
+        ``spark.read.schema(sp.output_schema(o)).parquet(f"{output_path}/{o}")``).
+        ``sink_id`` names the stream (default: from ``source`` and ``output_path``); a new
+        query (batch ids from 0 again) needs a new one.  Each shard keeps the commit
+        records of its last ``retain`` batches.
+        """
+        self._recorder.source_schema(source)  # raises naming the sources
+        base = args.check_path(output_path, "output_path")
+        sink_id = args.check_op_id(sink_id, "sink_id")
+        retain = args.check_retain(retain)
+        sid = sink_id or f"{source}-{hashlib.sha1(str(base).encode()).hexdigest()[:12]}"
+        prefix = f"spark-stream:{sid}:"
+
+        def sink(batch_df: DataFrame, batch_id: int) -> None:
+            rows = self._conform(source, args.check_dataframe(batch_df, "batch_df"))
+            t0 = time.perf_counter()
+            op = f"stream-{sid}-{batch_id}"
+            work = self.outputs_dir / op
+            shutil.rmtree(work, ignore_errors=True)  # a failed attempt's leftovers
+            jobs: list[JobReport] = []
+            try:
+                produced = self._propagate(
+                    source, rows, work / source, f"{prefix}{batch_id}:", jobs,
+                    forget=(prefix, batch_id - retain + 1))
+                for o, nid in self.plan.outputs.items():
+                    target = base / o / f"batch_id={batch_id}"
+                    shutil.rmtree(target, ignore_errors=True)
+                    found = work / source / f"n{nid}"
+                    if nid in produced and found.exists():
+                        shutil.copytree(found, target)
+                    else:
+                        target.mkdir(parents=True, exist_ok=True)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            self._report(SparkReport(
+                join=self.name, operation=op, kind="micro-batch", shards=self.shards,
+                output_path=str(base), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
+            ), base / "_reports" / f"batch_id={batch_id}.json")
+
+        return sink
+
+    # ---- plumbing -------------------------------------------------------------------------
+
+    def _conform(self, source: str, changes: DataFrame) -> DataFrame:
+        """``source``'s columns (checked castable) and ``_weight`` as a long."""
+        schema = self._recorder.source_schema(source)  # raises naming the sources
+        given = {f.name: arrow_type(f.dataType, f.name) for f in changes.schema.fields}
+        check_column_types(schema, given, f"source {source!r}")
+        if WEIGHT in given:
+            weight = F.col(WEIGHT).cast("long").alias(WEIGHT)
+        else:
+            weight = F.lit(1).cast("long").alias(WEIGHT)
+        return changes.select(*[F.col(n) for n in schema.names], weight)
+
+    def _default_order(self, rows: Mapping[str, DataFrame]) -> list[str]:
+        position = {s: i for i, s in enumerate(self.sources)}
+        counts = {s: df.count() for s, df in rows.items()}
+        return sorted(rows, key=lambda s: (self._recorder.source_unique_key(s) is None,
+                                           counts[s], position[s]))
+
+    def _propagate(self, source: str, rows: DataFrame, out_dir: Path, commit_base: str,
+                   jobs: list[JobReport], *, forget: tuple[str, int] | None = None
+                   ) -> set[int]:
+        """Push ``rows`` into ``source`` and on through every stage.
+
+        Returns the ids of the nodes whose change sets are non-empty (written to
+        ``<out_dir>/n<id>/``); appends every Spark job's report to ``jobs``.
+        """
+        src_id = next(n.id for n in self.plan.nodes.values()
+                      if isinstance(n, SourceNode) and n.name == source)
+        produced: set[int] = set()
+        uses = sum(i.boundary == src_id for s in self.plan.stages for i in s.inputs)
+        if uses > 1 or src_id in self.plan.outputs.values():
+            # Evaluated once: every stage (and the output) must see the same change, even
+            # if the DataFrame would differ when evaluated again (a growing source).
+            where = out_dir / f"n{src_id}"
+            rows.write.mode("overwrite").parquet(str(where))
+            rows = self.spark.read.schema(rows.schema).parquet(str(where))
+            produced.add(src_id)
+        for stage in self.plan.stages:
+            for inp in stage.inputs:
+                if inp.boundary == src_id:
+                    df = rows
+                elif inp.boundary in produced:
+                    df = self._read([out_dir / f"n{inp.boundary}"], self._schemas[inp.boundary])
+                else:
+                    continue
+                task = StageTask(
+                    self.name, stage, str(self.state_dir), options_to_dict(self.options),
+                    source=inp.name, output_dir=str(out_dir), tag=f"{stage.label}.{inp.name}",
+                    commit_id=f"{commit_base}{source}:{stage.label}:{inp.name}",
+                    forget_prefix=forget[0] if forget else None,
+                    keep_after=forget[1] if forget else None,
+                )
+                job = run_job(self.spark, self._route(df, stage, inp), task,
+                              f"{stage.label}:{inp.name}")
+                jobs.append(job)
+                for shard in job.shards:
+                    for out, n in shard.detail.get("rows", {}).items():
+                        if n:
+                            produced.add(int(out[1:]))
+        return produced
+
+    def _route(self, df: DataFrame, stage: Stage, inp: StageInput) -> DataFrame:
+        """``df`` with a ``_shard`` column, partition ``i`` holding exactly shard ``i``."""
+        schema = T.StructType([*df.schema.fields, T.StructField(SHARD, T.IntegerType(), False)])
+        routed = df.mapInArrow(StageRouter(inp, self.shards, stage.label), schema)
+        return routed.repartition(self.shards, partition_key_column(self.shards))
+
+    def _read(self, dirs: list[Path], schema: T.StructType) -> DataFrame:
+        found = [str(d) for d in dirs if d.exists()]
+        if not found:
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(*found)
+
+    def _control(self, forget_prefix: str | None = None) -> JobReport:
+        parallel = max(1, min(self.shards, self.spark.sparkContext.defaultParallelism))
+        ids = self.spark.range(0, self.shards, 1, numPartitions=parallel)
+        task = StageControlTask(self.name, tuple(s.label for s in self.plan.stages),
+                                str(self.state_dir), options_to_dict(self.options),
+                                forget_prefix=forget_prefix)
+        return run_job(self.spark, ids, task, "control")
+
+    def _finish(self, op: str, kind: str, out_dir: Path, produced: dict[str, set[int]],
+                jobs: list[JobReport], t0: float) -> dict[str, DataFrame]:
+        """Drop intermediate change sets, report, apply retention, read the outputs."""
+        wanted = set(self.plan.outputs.values())
+        for s, nodes in produced.items():
+            for nid in nodes - wanted:
+                shutil.rmtree(out_dir / s / f"n{nid}", ignore_errors=True)
+        self._report(SparkReport(
+            join=self.name, operation=op, kind=kind, shards=self.shards,
+            output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
+        ))
+        complete_output_dir(self.outputs_dir, out_dir, self._owner, self.keep_outputs)
+        return {
+            o: self._read([out_dir / s / f"n{nid}" for s, nodes in produced.items()
+                           if nid in nodes], self.output_schema(o))
+            for o, nid in self.plan.outputs.items()
+        }
+
+    def _report(self, report: SparkReport, path: Path | None = None) -> None:
+        self.last_report = report
+        write_report(report, path or self.state_dir / "_spark" / "reports"
+                     / f"{report.operation}.json")
+
+
+def _spark_schemas(recorder: GraphRecorder, plan: StagePlan) -> dict[int, T.StructType]:
+    """Spark schemas (with ``_weight``) of every change set that crosses Spark.
+
+    Also checks that every source and output has Spark types, naming the column otherwise.
+    """
+    out: dict[int, T.StructType] = {}
+    try:
+        for s in recorder.sources:
+            spark_schema(recorder.source_schema(s))
+        for o in recorder.outputs:
+            spark_schema(recorder.output_schema(o))
+        for nid, schema in plan.materialized.items():
+            out[nid] = spark_schema(_with_weight(schema))
+    except SchemaMismatchError as exc:
+        raise SchemaMismatchError(f"pipeline {recorder.name!r}: {exc}") from exc
+    return out
+
+
+def _with_weight(schema: pa.Schema) -> pa.Schema:
+    import pyarrow as pa
+
+    return schema.append(pa.field(WEIGHT, pa.int64(), nullable=False))
+
+
+def _spec(name: str, shards: int, recorder: GraphRecorder, plan: StagePlan) -> dict[str, Any]:
+    """Everything that must agree for a state directory to be re-attached."""
+    return {
+        "name": name, "shards": shards, "partitioner": PARTITIONER,
+        "operators": {n.label: n.spec() for n in recorder.recorded_nodes},
+        "outputs": dict(plan.outputs),
+        "stages": {s.label: s.describe() for s in plan.stages},
+    }
+
+
+def _read_manifest(path: Path, name: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path} is not a readable pipeline manifest: {exc}") from exc
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT or raw.get("kind") != "pipeline":
+        raise ManifestError(f"{path} is not a format-{FORMAT} pipeline manifest")
+    if not isinstance(raw.get("spec"), dict) or raw["spec"].get("name") != name:
+        raise ManifestError(f"{path} describes another pipeline, not {name!r}")
+    return raw

@@ -1,0 +1,615 @@
+"""A :class:`joinstate.Pipeline` cut into stages that Spark runs sharded by key.
+
+**Stages.**  The pipeline is cut at its stateful operators (joins, aggregates,
+``join_all``).  A stage is one stateful operator plus the stateless operators (filter,
+projection, union) between it and its *stage inputs*: pipeline sources, outputs of other
+stages, or a projection that computes a key (below).  Its state is sharded by its key:
+a join's inputs by their join keys, an aggregate by its group keys, a ``join_all`` by its
+common key.  Every (stage, shard) owns one RocksDB store,
+``<state_dir>/<stage>/shard-NNNNN``, holding a small ``joinstate.Pipeline`` rebuilt from
+the stage (:meth:`Stage.build`): its sources are the stage inputs, its outputs the
+stateful operator and whatever else the driver needs from this stage, so the core does
+all the incremental work (index sharing included: the six filtered legs of TPC-DS q4's
+``year_total`` self-join are six filters of one stage input, hence one index).
+
+**Routing.**  A row of a stage input goes to shard ``xxh3(canonical key) % shards``
+(:meth:`joinstate.keys.KeyCodec.shard_of`, with the stateful operator's key plan, so an
+``int`` key on one side and a ``long`` key on the other meet).  The key is traced back
+from the stateful operator through its stateless inputs to columns of the stage input:
+through filters, unions, and projections that pass a column on (``pc.field(c)``, perhaps
+renamed).  Where a projection *computes* a key column, the trace stops there and that
+projection becomes a stage input of its own, computed by the stage(s) upstream of it.
+If one stage input reaches the operator keyed by different columns (a self-join
+``t.join(t, on=("a", "b"))``), the stage pipeline gets one source per key, each routed by
+its own columns, so every row that reaches the operator in a shard has a key of that
+shard.
+
+**Materialised nodes.**  The change sets that cross Spark (Parquet files between jobs)
+are those of the pipeline's outputs and of stage inputs other than sources.  A stateful
+operator's changes come from its stage.  A stateless node's changes are a linear
+function of its nearest stateful or source ancestors, so each of those stages (a source
+gets a stateless *tail stage*) computes the part that flows from it; the parts are
+summed (a union of two stages' outputs is the union of their files).
+
+Nothing here imports pyspark: the driver (:mod:`spark_io.pipeline`) plans with it and
+pickles :class:`Stage` objects into the executor tasks defined at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from joinstate import Pipeline, SchemaMismatchError, StateLockedError, StateStore, Transaction
+from joinstate._graph import (
+    AggNode,
+    FilterNode,
+    JoinAllNode,
+    JoinNode,
+    Node,
+    ProjectNode,
+    SourceNode,
+    UnionNode,
+    needed_columns,
+)
+from joinstate.keys import KeyCodec, KeyColumn, key_plan, single_plan
+from joinstate.names import commit_prefix, pipeline_owner
+from spark_io._worker import _report, by_shard, options_from_dict, parquet_out
+from spark_io.errors import ShardBusyError
+from spark_io.manifest import shard_path
+from spark_io.routing import SHARD
+from spark_io.types import conform_batch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from joinstate import Stream
+
+__all__ = [
+    "GraphRecorder",
+    "Op",
+    "Stage",
+    "StageControlTask",
+    "StageInput",
+    "StagePlan",
+    "StageRouter",
+    "StageTask",
+    "forget_commits",
+    "open_stage_shard",
+    "plan_stages",
+]
+
+STATEFUL = (JoinNode, AggNode, JoinAllNode)
+
+
+class GraphRecorder(Pipeline):
+    """A :class:`joinstate.Pipeline` without a store that records what is built on it.
+
+    The driver runs the user's definition on one of these to learn the graph; it is never
+    compiled or pushed to.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(cast("StateStore", None), name)
+        self.recorded_nodes: list[Node] = []
+        self.recorded_outputs: dict[str, Node] = {}
+
+    def add(self, node: Node) -> Stream:
+        """Add ``node`` (see :meth:`joinstate.Pipeline.add`) and remember it."""
+        stream = super().add(node)
+        self.recorded_nodes.append(node)
+        return stream
+
+    def output(self, name: str, stream: Stream) -> None:
+        """Name an output (see :meth:`joinstate.Pipeline.output`) and remember it."""
+        super().output(name, stream)
+        self.recorded_outputs[name] = stream.node
+
+
+# ---- a stage's pipeline, as a picklable recipe -------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """One step of a stage pipeline's recipe; ``inputs`` index earlier steps."""
+
+    kind: str  # source | filter | project | union | join | agg | joinall
+    inputs: tuple[int, ...] = ()
+    name: str = ""
+    schema: pa.Schema | None = None
+    unique_key: tuple[str, ...] | None = None
+    expr: pc.Expression | None = None
+    names: tuple[str, ...] = ()
+    exprs: tuple[pc.Expression, ...] = ()
+    pairs: tuple[tuple[str, str], ...] = ()
+    how: str = "inner"
+    suffixes: tuple[str, str] = ("", "_right")
+    keys: tuple[str, ...] = ()
+    aggs: tuple[tuple[str, str, pc.Expression | None], ...] = ()
+
+
+def _apply_op(p: Pipeline, op: Op, s: list[Stream]) -> Stream:
+    ins = [s[i] for i in op.inputs]
+    if op.kind == "source":
+        assert op.schema is not None
+        return p.source(op.name, schema=op.schema, unique_key=op.unique_key)
+    if op.kind == "filter":
+        assert op.expr is not None
+        return ins[0].filter(op.expr)
+    if op.kind == "project":
+        return ins[0].select(dict(zip(op.names, op.exprs, strict=True)))
+    if op.kind == "union":
+        return ins[0].union_all(*ins[1:])
+    if op.kind == "join":
+        return ins[0].join(ins[1], on=list(op.pairs), how=op.how, suffixes=op.suffixes)
+    if op.kind == "agg":
+        return ins[0].group_by(list(op.keys)).aggregate(
+            **{n: (f, e) for n, f, e in op.aggs})
+    if op.kind == "joinall":
+        return p.join_all(dict(zip(op.names, ins, strict=True)),
+                          on=dict(zip(op.names, op.keys, strict=True)))
+    msg = f"internal: unknown stage op {op.kind!r}"
+    raise SchemaMismatchError(msg)
+
+
+@dataclass(frozen=True, eq=False)
+class StageInput:
+    """A source of a stage pipeline: the change sets of ``boundary``, routed by ``key``."""
+
+    name: str  # the source's name in the stage pipeline
+    boundary: int  # id of the node whose change sets feed it
+    boundary_label: str
+    key: tuple[str, ...]  # columns of the boundary that rows are routed by
+    plan: tuple[KeyColumn, ...]
+    schema: pa.Schema  # the boundary's columns (without ``_weight``)
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    """One stateful operator (or a source's stateless tail) and its stateless inputs."""
+
+    label: str  # directory name: the operator's label (join5, agg9, ...) or tail-<source>
+    kind: str  # join | agg | joinall | tail
+    node: int | None  # the stateful node's id (None for a tail stage)
+    key: tuple[str, ...]  # the operator's key (per input for joins: the left one)
+    inputs: tuple[StageInput, ...]
+    ops: tuple[Op, ...]
+    outputs: tuple[tuple[str, int], ...]  # (output name n<id>, op index)
+    produces: tuple[int, ...]  # node ids whose (partial) change sets this stage writes
+
+    def input(self, name: str) -> StageInput:
+        """The stage input called ``name``."""
+        for inp in self.inputs:
+            if inp.name == name:
+                return inp
+        msg = f"internal: stage {self.label} has no input {name!r}"
+        raise SchemaMismatchError(msg)
+
+    def build(self, store: StateStore | None, name: str) -> Pipeline:
+        """The stage's pipeline on ``store`` (``None``: a store-less one, for checks)."""
+        p = Pipeline(cast("StateStore", store), name)
+        streams: list[Stream] = []
+        for op in self.ops:
+            streams.append(_apply_op(p, op, streams))
+        for out, i in self.outputs:
+            p.output(out, streams[i])
+        return p
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able description (manifest, :meth:`SparkPipeline.explain`)."""
+        return {
+            "stage": self.label, "kind": self.kind, "key": list(self.key),
+            "inputs": [{"name": i.name, "from": i.boundary_label, "key": list(i.key)}
+                       for i in self.inputs],
+            "outputs": [n for n, _ in self.outputs],
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class StagePlan:
+    """Every stage in run order, and what the driver needs to connect them."""
+
+    nodes: dict[int, Node]
+    outputs: dict[str, int]  # user output -> node id
+    stages: tuple[Stage, ...]
+    materialized: dict[int, pa.Schema] = field(default_factory=dict)
+
+    def consumers(self, node_id: int) -> list[tuple[Stage, StageInput]]:
+        """The stage inputs fed by node ``node_id``'s change sets, in run order."""
+        return [(s, i) for s in self.stages for i in s.inputs if i.boundary == node_id]
+
+
+# ---- planning ----------------------------------------------------------------------------
+
+
+def _positions(node: Node) -> list[tuple[Node, tuple[str, ...]]]:
+    """Each input of a stateful node with the columns of its key."""
+    if isinstance(node, JoinNode):
+        return [(node.inputs[0], node.left_key), (node.inputs[1], node.right_key)]
+    if isinstance(node, AggNode):
+        return [(node.inputs[0], node.keys)]
+    if isinstance(node, JoinAllNode):
+        return [(i, (k,)) for i, k in zip(node.inputs, node.keys, strict=True)]
+    msg = f"internal: {node.label} is not stateful"
+    raise SchemaMismatchError(msg)
+
+
+def _key_plan(node: Node) -> list[KeyColumn]:
+    if isinstance(node, JoinNode):
+        return key_plan(node.inputs[0].schema, node.left_key,
+                        node.inputs[1].schema, node.right_key)
+    if isinstance(node, AggNode):
+        return single_plan(node.inputs[0].schema, node.keys)
+    assert isinstance(node, JoinAllNode)
+    return key_plan(node.inputs[0].schema, [node.keys[0]], node.inputs[1].schema,
+                    [node.keys[1]])
+
+
+def _step(node: Node, cols: tuple[str, ...]) -> list[tuple[Node, tuple[str, ...]]] | None:
+    """Where ``node``'s key columns ``cols`` come from; None: ``node`` is a stage input."""
+    if isinstance(node, SourceNode | JoinNode | AggNode | JoinAllNode):
+        return None
+    if isinstance(node, FilterNode):
+        return [(node.inputs[0], cols)]
+    if isinstance(node, UnionNode):
+        return [(i, cols) for i in node.inputs]
+    if isinstance(node, ProjectNode):
+        src = node.inputs[0]
+        mapped = []
+        for c in cols:
+            expr = node.exprs[node.schema.get_field_index(c)]
+            found = next((n for n in src.schema.names if expr.equals(pc.field(n))), None)
+            if found is None:
+                return None  # a computed key: this projection is a stage input
+            mapped.append(found)
+        return [(src, tuple(mapped))]
+    msg = f"internal: no routing rule for {node.label}"
+    raise SchemaMismatchError(msg)
+
+
+def _trace(node: Node, cols: tuple[str, ...], out: list[tuple[Node, tuple[str, ...]]]) -> None:
+    nxt = _step(node, cols)
+    if nxt is None:
+        if (node, cols) not in out:
+            out.append((node, cols))
+        return
+    for n, c in nxt:
+        _trace(n, c, out)
+
+
+def _bounds(node: Node, out: dict[int, Node]) -> None:
+    """The nearest stateful or source ancestors of a stateless node."""
+    if isinstance(node, SourceNode | JoinNode | AggNode | JoinAllNode):
+        out[node.id] = node
+        return
+    for i in node.inputs:
+        _bounds(i, out)
+
+
+def _label(node: Node) -> str:
+    return node.name if isinstance(node, SourceNode) else f"{node.label}-out"
+
+
+class _Builder:
+    """Accumulates one stage's recipe."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.key_memo: dict[tuple[int, tuple[str, ...]], int] = {}
+        self.sources: dict[tuple[int, tuple[str, ...]], int] = {}
+        self.tail_memo: dict[int, int | None] = {}
+
+    def add(self, op: Op) -> int:
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def keyed(self, node: Node, cols: tuple[str, ...]) -> int:
+        """``node`` rebuilt along its key trace (stopping where :func:`_trace` stops)."""
+        memo = (node.id, cols)
+        if memo in self.key_memo:
+            return self.key_memo[memo]
+        nxt = _step(node, cols)
+        if nxt is None:
+            idx = self.sources[memo]
+        elif isinstance(node, UnionNode):
+            idx = self.add(Op("union", tuple(self.keyed(n, c) for n, c in nxt)))
+        else:
+            idx = self.add(_stateless_op(node, (self.keyed(*nxt[0]),)))
+        self.key_memo[memo] = idx
+        return idx
+
+    def tail(self, node: Node, base: Node, base_idx: int) -> int | None:
+        """The part of stateless ``node``'s changes that flows from ``base``."""
+        if node.id == base.id:
+            return base_idx
+        if isinstance(node, SourceNode | JoinNode | AggNode | JoinAllNode):
+            return None
+        if node.id in self.tail_memo:
+            return self.tail_memo[node.id]
+        ins = [self.tail(i, base, base_idx) for i in node.inputs]
+        present = tuple(i for i in ins if i is not None)
+        idx: int | None = None
+        if present:
+            idx = self.add(Op("union", present) if isinstance(node, UnionNode)
+                           else _stateless_op(node, present))
+        self.tail_memo[node.id] = idx
+        return idx
+
+
+def _stateless_op(node: Node, inputs: tuple[int, ...]) -> Op:
+    if isinstance(node, FilterNode):
+        return Op("filter", inputs, expr=node.expr)
+    if isinstance(node, ProjectNode):
+        return Op("project", inputs, names=tuple(node.schema.names), exprs=node.exprs)
+    msg = f"internal: {node.label} is not a filter or projection"
+    raise SchemaMismatchError(msg)
+
+
+def _stateful_op(node: Node, inputs: tuple[int, ...]) -> Op:
+    if isinstance(node, JoinNode):
+        return Op("join", inputs, pairs=tuple(zip(node.left_key, node.right_key, strict=True)),
+                  how=node.how, suffixes=node.suffixes)
+    if isinstance(node, AggNode):
+        return Op("agg", inputs, keys=node.keys, aggs=node.aggs)
+    assert isinstance(node, JoinAllNode)
+    return Op("joinall", inputs, names=node.legs, keys=node.keys)
+
+
+def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
+    """Cut the recorded pipeline into stages (see the module docstring)."""
+    nodes = {n.id: n for n in recorder.recorded_nodes}
+    if not recorder.recorded_outputs:
+        raise SchemaMismatchError(
+            f"pipeline {pipeline!r}: the definition made no outputs; call "
+            "p.output(name, stream) for every result you want back")
+    outputs = {o: n.id for o, n in recorder.recorded_outputs.items()}
+    live = needed_columns(list(nodes.values()), list(recorder.recorded_outputs.values()))
+    stateful = [nodes[i] for i in sorted(live) if isinstance(nodes[i], STATEFUL)]
+
+    # Stage inputs of every stateful node: (boundary, key columns) pairs.
+    traces: dict[int, list[tuple[Node, tuple[str, ...]]]] = {}
+    for s in stateful:
+        found: list[tuple[Node, tuple[str, ...]]] = []
+        for inp, key in _positions(s):
+            _trace(inp, key, found)
+        traces[s.id] = found
+    materialized: dict[int, Node] = {outputs[o]: nodes[outputs[o]] for o in outputs}
+    for found in traces.values():
+        for node, _ in found:
+            if not isinstance(node, SourceNode):
+                materialized[node.id] = node
+    # Who computes the stateless materialized nodes: each of their boundaries' stages.
+    tails: dict[int, list[Node]] = {}
+    for m in sorted(materialized.values(), key=lambda n: n.id):
+        if isinstance(m, SourceNode | JoinNode | AggNode | JoinAllNode):
+            continue
+        bounds: dict[int, Node] = {}
+        _bounds(m, bounds)
+        for bid in bounds:
+            tails.setdefault(bid, []).append(m)
+
+    stages: list[Stage] = []
+    for src in sorted((n for n in nodes.values() if isinstance(n, SourceNode)),
+                      key=lambda n: n.id):
+        if src.id not in tails:
+            continue
+        bld = _Builder()
+        bld.add(Op("source", name=src.name, schema=src.schema, unique_key=src.unique_key))
+        made = [(f"n{m.id}", bld.tail(m, src, 0)) for m in tails[src.id]]
+        names = tuple(src.schema.names)
+        stages.append(Stage(
+            label=f"tail-{src.name}", kind="tail", node=None, key=names,
+            inputs=(StageInput(src.name, src.id, src.name, names,
+                               tuple(single_plan(src.schema, names)), src.schema),),
+            ops=tuple(bld.ops), outputs=tuple((n, cast("int", i)) for n, i in made),
+            produces=tuple(m.id for m in tails[src.id]),
+        ))
+    for s in stateful:
+        bld = _Builder()
+        plan = tuple(_key_plan(s))
+        variants: dict[int, list[tuple[str, ...]]] = {}
+        for node, cols in traces[s.id]:
+            variants.setdefault(node.id, []).append(cols)
+        inputs: list[StageInput] = []
+        taken: set[str] = set()
+        for node, cols in traces[s.id]:
+            name = _label(node)
+            if len(variants[node.id]) > 1:
+                name = f"{name}-v{variants[node.id].index(cols)}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            uk = node.unique_key if isinstance(node, SourceNode) else None
+            bld.sources[(node.id, cols)] = bld.add(
+                Op("source", name=name, schema=node.schema, unique_key=uk))
+            inputs.append(StageInput(name, node.id, node.label, cols, plan, node.schema))
+        ins = tuple(bld.keyed(inp, key) for inp, key in _positions(s))
+        me = bld.add(_stateful_op(s, ins))
+        outs: list[tuple[str, int]] = []
+        produces: list[int] = []
+        if s.id in materialized:
+            outs.append((f"n{s.id}", me))
+            produces.append(s.id)
+        for m in tails.get(s.id, []):
+            idx = bld.tail(m, s, me)
+            assert idx is not None
+            outs.append((f"n{m.id}", idx))
+            produces.append(m.id)
+        stages.append(Stage(
+            label=s.label, kind=s.kind, node=s.id, key=_positions(s)[0][1],
+            inputs=tuple(inputs), ops=tuple(bld.ops), outputs=tuple(outs),
+            produces=tuple(produces),
+        ))
+    plan_ = StagePlan(nodes=nodes, outputs=outputs, stages=tuple(stages),
+                      materialized={i: n.schema for i, n in materialized.items()})
+    _check(plan_, pipeline)
+    return plan_
+
+
+def _check(plan: StagePlan, pipeline: str) -> None:
+    """Rebuild every stage store-less: its outputs must have their nodes' columns."""
+    for stage in plan.stages:
+        p = stage.build(None, pipeline)
+        for (out, _), nid in zip(stage.outputs, stage.produces, strict=True):
+            got = p.output_schema(out)
+            got = got.remove(got.get_field_index("_weight"))
+            want = plan.nodes[nid].schema
+            if [(f.name, f.type) for f in got] != [(f.name, f.type) for f in want]:
+                msg = (f"internal: stage {stage.label} computes {plan.nodes[nid].label} as "
+                       f"{got}, the pipeline declares {want}")
+                raise SchemaMismatchError(msg)
+
+
+# ---- executors ---------------------------------------------------------------------------
+
+
+class StageRouter:
+    """``mapInArrow`` function: append the ``_shard`` of every row of one stage input."""
+
+    def __init__(self, inp: StageInput, shards: int, stage: str) -> None:
+        self.schema = inp.schema
+        self.key = list(inp.key)
+        self.shards = shards
+        self.codec = KeyCodec(self.key, list(inp.plan), f"stage {stage} input {inp.name}")
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield each batch with its ``_shard`` column appended."""
+        for batch in batches:
+            keys = conform_batch(batch, self.schema).select(self.key)
+            shard = pa.array(self.codec.shard_of(keys, self.shards).astype("int32"), pa.int32())
+            yield pa.RecordBatch.from_arrays([*batch.columns, shard],
+                                             names=[*batch.schema.names, SHARD])
+
+
+@contextmanager
+def open_stage_shard(state_dir: str, pipeline: str, stage: str, shard: int,
+                     options: dict[str, Any] | None) -> Iterator[StateStore]:
+    """The store of one (stage, shard), open for the ``with`` block."""
+    path = shard_path(Path(state_dir) / stage, shard)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        store = StateStore(path, options_from_dict(options))
+    except StateLockedError as exc:
+        raise ShardBusyError(
+            f"shard {shard} of stage {stage} of pipeline {pipeline!r} ({path}) is already "
+            "open in another task or process; joinstate allows one writer per shard: run one "
+            "SparkPipeline operation at a time per state_dir, keep spark.speculation off, and "
+            f"close stores opened outside Spark. Cause: {exc}"
+        ) from exc
+    with store:
+        yield store
+
+
+def forget_commits(store: StateStore, pipeline: str, keep: Callable[[str], bool]) -> int:
+    """Drop the commit records (ids and recorded outputs) of ``pipeline`` not kept."""
+    prefix = commit_prefix(pipeline_owner(pipeline))
+    with store.lock:
+        txn = Transaction(store)
+        n = 0
+        for k in store.meta_keys(prefix):
+            if not keep(k[len(prefix):].decode()):
+                txn.record(k, None)
+                n += 1
+        if n:
+            txn.commit()
+    return n
+
+
+def batch_of(commit_id: str, prefix: str) -> int | None:
+    """The micro-batch number of a stream commit id ``<prefix><batch>:...``."""
+    if not commit_id.startswith(prefix):
+        return None
+    head = commit_id[len(prefix):].split(":", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """Push one stage input's change rows into every shard this task receives.
+
+    Each shard's rows are one push with ``commit_id`` (one transaction; a retried task
+    or operation finds the id and gets the recorded outputs back).  Every output of the
+    stage pipeline goes to ``<output_dir>/<output>/<tag>-shard-NNNNN.parquet``.
+    ``forget_prefix``/``keep_after``: after the push, drop this stream's commit records
+    of micro-batches before ``keep_after``.
+    """
+
+    pipeline: str
+    stage: Stage
+    state_dir: str
+    options: dict[str, Any] | None
+    source: str
+    output_dir: str
+    tag: str
+    commit_id: str
+    forget_prefix: str | None = None
+    keep_after: int | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Apply each shard's rows; yield one report row per shard."""
+        schema = self.stage.input(self.source).schema
+        for shard, pieces in by_shard(batches):
+            t0 = time.perf_counter()
+            tables = [conform_batch(t, schema) for t in pieces]
+            delta = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            with open_stage_shard(self.state_dir, self.pipeline, self.stage.label, shard,
+                                  self.options) as store:
+                p = self.stage.build(store, self.pipeline)
+                replayed = p.committed(self.commit_id)
+                outs = p.push(self.source, delta, commit_id=self.commit_id)
+                if self.forget_prefix is not None and self.keep_after is not None:
+                    forget_commits(store, self.pipeline, self._keep)
+            rows = {}
+            for name, table in outs.items():
+                path = Path(self.output_dir) / name / f"{self.tag}-shard-{shard:05d}.parquet"
+                with parquet_out(path) as f:
+                    f.write(table)
+                rows[name] = table.num_rows
+            yield _report(shard, f"{self.stage.label}:{self.source}", delta.num_rows,
+                          sum(rows.values()), time.perf_counter() - t0, replayed=replayed,
+                          detail={"rows": rows})
+
+    def _keep(self, commit_id: str) -> bool:
+        assert self.forget_prefix is not None and self.keep_after is not None
+        batch = batch_of(commit_id, self.forget_prefix)
+        return batch is None or batch >= self.keep_after
+
+
+@dataclass(frozen=True)
+class StageControlTask:
+    """Visit shards by number (a ``spark.range`` column), every stage's store of each.
+
+    Drops commit records whose id starts with ``forget_prefix`` (if given) and reports
+    each existing store; a (stage, shard) no row ever reached has no store and is skipped.
+    """
+
+    pipeline: str
+    stages: tuple[str, ...]
+    state_dir: str
+    options: dict[str, Any] | None
+    forget_prefix: str | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One report row per existing (stage, shard) store."""
+        prefix = self.forget_prefix
+        for batch in batches:
+            for shard in batch.column(0).to_pylist():
+                for stage in self.stages:
+                    if not (shard_path(Path(self.state_dir) / stage, int(shard))
+                            / "CURRENT").exists():
+                        continue
+                    t0 = time.perf_counter()
+                    with open_stage_shard(self.state_dir, self.pipeline, stage, int(shard),
+                                          self.options) as store:
+                        dropped = 0
+                        if prefix is not None:
+                            dropped = forget_commits(
+                                store, self.pipeline, lambda c: not c.startswith(prefix))
+                    yield _report(int(shard), stage, 0, 0, time.perf_counter() - t0,
+                                  detail={"forgotten": dropped})
