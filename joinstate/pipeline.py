@@ -957,6 +957,14 @@ class Pipeline:
         if table is not None and len(w):
             deltas[src.id] = (table, w)
         reach = self._reachable(src)
+        # The source's own indexes first: a change the source cannot take (retracting a
+        # row it does not hold, a second row for a unique key) is refused there, naming
+        # the source, before any operator computes from it.
+        staged: set[int] = set()
+        for ip in self._indexes:
+            if ip.base.id == src.id and src.id in deltas:
+                self._stage_index(ip, deltas[src.id], txn)
+                staged.add(id(ip))
         for node in self._nodes:
             if node.id not in reach or node.id == src.id or node.id not in self._cols:
                 continue
@@ -970,21 +978,23 @@ class Pipeline:
                 txn.after_commit(functools.partial(self._count, node.id, produced))
         for ip in self._indexes:
             d = deltas.get(ip.base.id)
-            if d is None:
-                continue
-            idx = ip.index
-            assert idx is not None
-            cols = [c for c in ip.base.schema.names if c in ip.columns]
-            batch = idx.prepare(d[0].select(cols).append_column(
-                pa.field(WEIGHT, pa.int64()), pa.array(d[1], pa.int64())))
-            if batch.rows:
-                idx.stage(batch, txn)
-                txn.after_commit(functools.partial(idx.after_write, batch))
+            if d is not None and id(ip) not in staged:
+                self._stage_index(ip, d, txn)
         outs: dict[str, pa.Table] = {}
         for name, node in self._outputs.items():
             d = deltas.get(node.id)
             outs[name] = self._consolidated(node, d)
         return outs
+
+    def _stage_index(self, ip: IndexPlan, d: Delta, txn: Transaction) -> None:
+        idx = ip.index
+        assert idx is not None
+        cols = [c for c in ip.base.schema.names if c in ip.columns]
+        batch = idx.prepare(d[0].select(cols).append_column(
+            pa.field(WEIGHT, pa.int64()), pa.array(d[1], pa.int64())))
+        if batch.rows:
+            idx.stage(batch, txn)
+            txn.after_commit(functools.partial(idx.after_write, batch))
 
     def _count(self, nid: int, n: int) -> None:
         self._produced[nid] = self._produced.get(nid, 0) + n
