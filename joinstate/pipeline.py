@@ -436,6 +436,8 @@ def _column_picks(node: ProjectNode) -> list[tuple[str, str]] | None:
 
 
 Delta = tuple[pa.Table, np.ndarray]
+Keyed = tuple[pa.Table, np.ndarray, Bytes, np.ndarray, np.ndarray]
+"""A changed input: rows, weights, canonical keys and hashes (non-NULL rows), their rows."""
 
 
 class Pipeline:
@@ -1094,40 +1096,62 @@ class Pipeline:
         left, right = (mine, other) if s == 0 else (other, mine)
         return self._assemble(node, left, right, len(wo)), wo
 
-    def _join_recompute(self, node: JoinNode, ins: list[Delta | None]) -> Delta | None:
-        """J(new) - J(old) over the keys that changed (any join type, any inputs changed)."""
-        keyed: list[tuple[pa.Table, np.ndarray, Bytes, np.ndarray, np.ndarray] | None] = []
+    def _keyed(self, node: Node, ins: list[Delta | None]) -> list[Keyed | None]:
+        """Each changed input with its canonical keys, key hashes and non-NULL-key rows."""
+        keyed: list[Keyed | None] = []
         for pos, d in enumerate(ins):
             if d is None:
                 keyed.append(None)
                 continue
             canon, khash, nn = self._keys(node, pos, d[0])
             keyed.append((d[0], d[1], canon, khash, nn))
-        parts: list[Delta] = []
+        return keyed
+
+    def _old_and_new(self, node: Node, keyed: list[Keyed | None]
+                     ) -> tuple[list[Entries], list[Entries], int] | None:
+        """Every input's rows at the changed keys, before and after this push.
+
+        ``q`` of the entries is the changed key's group (of ``G``); an index read by
+        several inputs (legs filtered from one stream) is probed once.
+        """
         present = [k for k in keyed if k is not None and len(k[4])]
-        if present:
-            allc = Bytes.concat([k[2] for k in present])
-            allh = np.concatenate([k[3] for k in present])
-            kg = group_keys(allh, allc)
-            G = len(kg)
-            qcanon, qhash = allc.take(kg.first), allh[kg.first]
-            sides_old: list[Entries] = []
-            sides_new: list[Entries] = []
-            offset = 0
-            for pos in (0, 1):
-                old = self._readers[(node.id, pos)].probe(qcanon, qhash)
-                sides_old.append(old)
-                k = keyed[pos]
-                if k is None or not len(k[4]):
-                    sides_new.append(old)
-                    continue
-                table, w, _, _, nn = k
-                q = kg.inv[offset:offset + len(nn)]
-                offset += len(nn)
-                add = table.take(pa.array(nn)).select(old.rows.column_names)
-                sides_new.append(Entries(pa.concat_tables([old.rows, add.cast(old.rows.schema)]),
-                                         np.concatenate([old.w, w[nn]]),
-                                         np.concatenate([old.q, q])))
+        if not present:
+            return None
+        allc = Bytes.concat([k[2] for k in present])
+        allh = np.concatenate([k[3] for k in present])
+        kg = group_keys(allh, allc)
+        qcanon, qhash = allc.take(kg.first), allh[kg.first]
+        probed: dict[int, Entries] = {}
+        olds: list[Entries] = []
+        news: list[Entries] = []
+        offset = 0
+        for pos, k in enumerate(keyed):
+            r = self._readers[(node.id, pos)]
+            idx = r.plan.index
+            assert idx is not None
+            raw = probed.get(id(r.plan))
+            if raw is None:
+                raw = probed[id(r.plan)] = idx.probe(qcanon, qhash)
+            old = r.select(raw, idx.schema)
+            olds.append(old)
+            if k is None or not len(k[4]):
+                news.append(old)
+                continue
+            table, w, _, _, nn = k
+            q = kg.inv[offset:offset + len(nn)]
+            offset += len(nn)
+            add = table.take(pa.array(nn)).select(old.rows.column_names).cast(old.rows.schema)
+            news.append(Entries(pa.concat_tables([old.rows, add]),
+                                np.concatenate([old.w, w[nn]]), np.concatenate([old.q, q])))
+        return olds, news, len(kg)
+
+    def _join_recompute(self, node: JoinNode, ins: list[Delta | None]) -> Delta | None:
+        """J(new) - J(old) over the keys that changed (any join type, any inputs changed)."""
+        keyed = self._keyed(node, ins)
+        parts: list[Delta] = []
+        both = self._old_and_new(node, keyed)
+        if both is not None:
+            sides_old, sides_new, G = both
             new = self._join_rows(node, sides_new[0], sides_new[1], G)
             old_out = self._join_rows(node, sides_old[0], sides_old[1], G)
             parts += new
@@ -1184,44 +1208,10 @@ class Pipeline:
 
     def _join_all(self, node: JoinAllNode, ins: list[Delta | None]) -> Delta | None:
         """Delta join: for the changed keys, Π legs(new) - Π legs(old), from the indexes."""
-        keyed: list[tuple[pa.Table, np.ndarray, Bytes, np.ndarray, np.ndarray] | None] = []
-        for pos, d in enumerate(ins):
-            if d is None:
-                keyed.append(None)
-                continue
-            canon, khash, nn = self._keys(node, pos, d[0])
-            keyed.append((d[0], d[1], canon, khash, nn))
-        present = [k for k in keyed if k is not None and len(k[4])]
-        if not present:
+        both = self._old_and_new(node, self._keyed(node, ins))
+        if both is None:
             return None
-        allc = Bytes.concat([k[2] for k in present])
-        allh = np.concatenate([k[3] for k in present])
-        kg = group_keys(allh, allc)
-        G = len(kg)
-        qcanon, qhash = allc.take(kg.first), allh[kg.first]
-        probed: dict[int, Entries] = {}
-        olds: list[Entries] = []
-        news: list[Entries] = []
-        offset = 0
-        for pos in range(len(node.inputs)):
-            r = self._readers[(node.id, pos)]
-            idx = r.plan.index
-            assert idx is not None
-            raw = probed.get(id(r.plan))
-            if raw is None:
-                raw = probed[id(r.plan)] = idx.probe(qcanon, qhash)
-            old = r.select(raw, idx.schema)
-            olds.append(old)
-            k = keyed[pos]
-            if k is None or not len(k[4]):
-                news.append(old)
-                continue
-            table, w, _, _, nn = k
-            q = kg.inv[offset:offset + len(nn)]
-            offset += len(nn)
-            add = table.take(pa.array(nn)).select(old.rows.column_names).cast(old.rows.schema)
-            news.append(Entries(pa.concat_tables([old.rows, add]),
-                                np.concatenate([old.w, w[nn]]), np.concatenate([old.q, q])))
+        olds, news, G = both
         products = [self._product(node, news, G, 1), self._product(node, olds, G, -1)]
         parts = [p for p in products if p is not None]
         if not parts:
