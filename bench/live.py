@@ -177,6 +177,7 @@ def _batches(join: joinstate.Join, work: Workload, share: float, repeat: int,
     n_sales, n_cust = batch_rows(share, work.sales.num_rows, work.customer.num_rows)
     series = {k: Series() for k in KINDS}
     tot = Series(rows=n_sales * 2 + n_cust * 2)
+    memtable: list[int] = []
     for _ in range(repeat):
         rows = work.sales_rows(n_sales)
         minus, plus = _weighted(rows, -1), _weighted(rows, 1)
@@ -186,12 +187,27 @@ def _batches(join: joinstate.Join, work: Workload, share: float, repeat: int,
         ms += _push(join, "left", update, series["customer"], outputs)
         tot.ms.append(ms)
         tot.out_rows.append(sum(s.out_rows[-1] for s in series.values()))
+        memtable.append(_memtable_entries(join))
     kth = 10
     return {
         "share": share, "sales_rows": n_sales, "customers": n_cust,
         "kinds": {k: s.summary(kth) for k, s in series.items()},
         "total": tot.summary(kth),
+        # Writes slow down as the sales index's memtable fills (an insert into a full
+        # 64 MiB memtable costs 2-4x one into an empty one), and reset when it is flushed:
+        # this is what makes a batch slower than the previous one.
+        "memtable_entries": memtable,
     }
+
+
+def _memtable_entries(join: joinstate.Join) -> int:
+    """Entries (puts and deletes) in the sales index's active memtable."""
+    store = join.store
+    if store is None:
+        return 0
+    n = store.property_int(join.index("right").column_family,
+                           "rocksdb.num-entries-active-mem-table")
+    return n or 0
 
 
 def _join(store: joinstate.StateStore, customer: pa.Schema, sales: pa.Schema
@@ -415,6 +431,12 @@ def _pass_markdown(p: dict[str, Any], recompute_ms: float) -> list[str]:
                   f"{t['kth_ms']:.1f} | {tgt} | {med_ok} | {max_ok} | "
                   f"{_yes(t['first_ms'] <= t['kth_ms'])} ({t['first_ms'] / t['kth_ms']:.2f}x) | "
                   f"{recompute_ms:,.0f} | {recompute_ms / t['median_ms']:,.0f}x |")
+    mem = [f"{_pct(s['share'])}: {s['memtable_entries'][0] / 1e3:,.0f}k → "
+           f"{max(s['memtable_entries']) / 1e3:,.0f}k" for s in p["sizes"]
+           if s.get("memtable_entries")]
+    if mem:
+        md += ["", "entries in the sales index's memtable after the first batch → at most "
+               "(writes slow down as it fills, until it is flushed): " + "; ".join(mem)]
     md += ["", "### after a reopen (close, reopen, re-attach from the catalog, before each "
            "size)", "",
            f"| size | reopen ms | kind | first after reopen ms | median ms | {nth} ms | "

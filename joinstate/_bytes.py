@@ -9,6 +9,8 @@ flat representation; :meth:`Bytes.to_list` is the single place that makes the ob
 from __future__ import annotations
 
 import itertools
+import struct
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +23,27 @@ if TYPE_CHECKING:
 __all__ = ["Bytes", "is_identity"]
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
+_CHUNK = 1024  # strings per struct.unpack call (one compiled format per width)
+_FEW = 64
+
+
+@lru_cache(maxsize=64)
+def _unpacker(width: int, count: int) -> struct.Struct:
+    return struct.Struct(f"{width}s" * count)
+
+
+def _split_fixed(raw: bytes, width: int, n: int) -> list[bytes]:
+    """``raw`` cut into ``n`` strings of ``width`` bytes."""
+    out: list[bytes] = []
+    full = n - n % _CHUNK
+    if full:
+        unpack = _unpacker(width, _CHUNK).unpack_from
+        step = width * _CHUNK
+        for off in range(0, full * width, step):
+            out.extend(unpack(raw, off))
+    if n > full:
+        out.extend(_unpacker(width, n - full).unpack_from(raw, full * width))
+    return out
 
 
 def is_identity(idx: np.ndarray, n: int) -> bool:
@@ -99,13 +122,22 @@ class Bytes:
         return self._arrow
 
     def to_list(self) -> list[bytes]:
-        """Materialise Python ``bytes`` objects (the only per-row step)."""
-        raw = self.data.tobytes()
+        """Materialise Python ``bytes`` objects (the only per-row step).
+
+        Both ways below build the objects in C: ``struct`` unpacks fixed-width strings
+        ~1.8x faster than slicing a ``bytes`` in a comprehension, and Arrow's
+        ``to_pylist`` does the same for variable widths ~2x faster.
+        """
+        n = len(self)
+        if n < _FEW:  # setting up either costs more than slicing a few strings
+            raw = self.data.tobytes()
+            offs = self.offsets.tolist()
+            return [raw[a:b] for a, b in itertools.pairwise(offs)]
         if self.width is not None:
             w = self.width
-            return [raw[i : i + w] for i in range(0, len(raw), w)] if w else [b""] * len(self)
-        offs = self.offsets.tolist()
-        return [raw[a:b] for a, b in itertools.pairwise(offs)]
+            return _split_fixed(self.data.tobytes(), w, n) if w else [b""] * n
+        out: list[bytes] = self.arrow().to_pylist()
+        return out
 
     # ---- operations -------------------------------------------------------------------
 

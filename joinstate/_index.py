@@ -10,6 +10,7 @@ names come from :mod:`joinstate.names`.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from joinstate.transaction import Transaction
 
 __all__ = ["Index", "Staged"]
+
+log = logging.getLogger(__name__)
 
 
 class Staged:
@@ -86,8 +89,13 @@ class Index:
         """
         if self.store.read_only or self.policy.mode == "point":
             return
-        saved = self.store.load_arrays(f"probe-cache-{self.cf}", self._cache_stamp())
-        if saved is not None and int(saved["cached"][0]):
+        try:
+            saved = self.store.load_arrays(f"probe-cache-{self.cf}", self._cache_stamp())
+        except Exception as exc:  # zipfile.BadZipFile on a CRC mismatch: only a hint lost
+            log.warning("ignoring the saved probe-cache decision of %s: %s", self.cf, exc)
+            saved = None
+        if saved is not None and "cached" in saved and len(saved["cached"]) and \
+                int(saved["cached"][0]):
             cache = self.build_cache()
             if len(cache) <= self.policy.max_rows:
                 self.cache = cache
@@ -149,8 +157,9 @@ class Index:
         inv = np.full(len(w), -1, dtype=np.int64)
         kg = group_keys(khash[nonnull], canon.take(nonnull))
         inv[nonnull] = kg.inv
+        order = None if kg.order is None else nonnull[kg.order]
         batch = PreparedBatch(self.label, table, w, enc, rh, canon, khash, null,
-                              Groups(inv, nonnull[kg.first]))
+                              Groups(inv, nonnull[kg.first], order))
         self.layout.check_within(batch)
         return batch
 
@@ -166,7 +175,10 @@ class Index:
         seq = self.store.counter(self.cf, "seq") + 1
         txn.add(self.cf, "seq", 1)
         null_rows = np.flatnonzero(batch.null)
-        rows = np.flatnonzero(~batch.null)
+        # Rows in key-hash order when grouping kept it: the layouts write in key order.
+        order = batch.keys.order
+        rows = order if order is not None and len(order) == len(batch.null) - len(null_rows) \
+            else np.flatnonzero(~batch.null)
         if len(null_rows):
             empty = Bytes.from_fixed(np.zeros((len(null_rows), 0), np.uint8))
             self.nulls.stage(batch, null_rows, empty, seq, txn)
@@ -275,6 +287,19 @@ class Index:
             layout.save()
         cached = np.array([self.cache is not None], dtype=np.int64)
         self.store.save_arrays(f"probe-cache-{self.cf}", self._cache_stamp(), cached=cached)
+
+    def reset(self) -> None:
+        """Forget in-memory state derived from the index: probe cache, key set, entry maps.
+
+        For a driver whose writes went to a bulk sink that never made them durable:
+        derived state already counted them (the entry maps decide retractions without
+        reading, so they must not keep rows the store does not have).  The store's
+        counters must have been re-read first (``Database.forget_counters``).
+        """
+        self.cache = None
+        self.policy.side_changed()
+        for layout in (self.layout, self.nulls):
+            layout.reset()
 
     def after_write(self, batch: PreparedBatch) -> None:
         """Keep the probe cache coherent with a batch that was just written."""

@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from joinstate._bytes import Bytes
-from joinstate._zset import consolidate
+from joinstate._zset import checked_add
+from joinstate.errors import StateCorruptedError
 
 if TYPE_CHECKING:
     from joinstate.batch import PreparedBatch
@@ -43,14 +44,14 @@ class Entries:
 
 
 class _Segment:
-    """Rows of the side sorted by key hash (one run of the cache)."""
+    """Rows of the side sorted by key hash (one run of the cache); ``w == 0``: removed."""
 
     __slots__ = ("canon", "enc", "rh", "rows", "sorted_hash", "w")
 
     def __init__(self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
                  khash: np.ndarray) -> None:
-        order = np.argsort(khash, kind="stable")
-        if len(order) and not (order == np.arange(len(order))).all():
+        if len(khash) > 1 and (khash[1:] < khash[:-1]).any():
+            order = np.argsort(khash, kind="stable")
             rows, w = rows.take(pa.array(order)), w[order]
             rh, enc, canon, khash = rh.take(order), enc.take(order), canon.take(order), \
                 khash[order]
@@ -61,10 +62,19 @@ class _Segment:
         return len(self.w)
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of matching rows and the query each matches."""
-        lo = np.searchsorted(self.sorted_hash, qhash, side="left")
-        hi = np.searchsorted(self.sorted_hash, qhash, side="right")
-        cnt = (hi - lo).astype(np.int64)
+        """Positions of matching rows (removed ones too) and the query each matches."""
+        h = self.sorted_hash
+        n = len(h)
+        lo = np.searchsorted(h, qhash, side="left")
+        # One binary search per query; the end of a key's run is searched for only where
+        # the run is longer than one row (never on a side with one row per key).
+        cnt = np.zeros(len(qhash), dtype=np.int64)
+        inside = np.flatnonzero(lo < n)
+        cnt[inside[h[lo[inside]] == qhash[inside]]] = 1
+        more = np.flatnonzero(cnt & (lo + 1 < n))
+        more = more[h[lo[more] + 1] == qhash[more]]
+        if len(more):
+            cnt[more] = np.searchsorted(h, qhash[more], side="right") - lo[more]
         total = int(cnt.sum())
         q = np.repeat(np.arange(len(qhash), dtype=np.int64), cnt)
         first_out = np.cumsum(cnt) - cnt
@@ -75,18 +85,36 @@ class _Segment:
                 e, q = e[ok], q[ok]
         return e, q
 
+    def find(self, canon: Bytes, khash: np.ndarray, rh: Bytes, enc: Bytes
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of this segment equal to some of the given rows: (given row, position)."""
+        e, q = self.probe(canon, khash)
+        if len(e):
+            same = (self.rh.take(e).matrix() == rh.take(q).matrix()).all(axis=1)
+            e, q = e[same], q[same]
+        if len(e) and not self.enc.take(e).equals(enc.take(q)).all():
+            msg = "xxh3_128 collision between two different rows"
+            raise StateCorruptedError(msg)
+        return q, e
+
+    def live(self) -> _Segment:
+        """The segment without its removed rows (itself if it has none)."""
+        if self.w.all():
+            return self
+        i = np.flatnonzero(self.w)
+        return _Segment(self.rows.take(pa.array(i)), self.w[i], self.rh.take(i),
+                        self.enc.take(i), self.canon.take(i), self.sorted_hash[i])
+
     @staticmethod
     def merge(segments: list[_Segment]) -> _Segment:
-        """One consolidated segment holding the rows of ``segments``."""
-        rows = pa.concat_tables([s.rows for s in segments])
-        w = np.concatenate([s.w for s in segments])
-        rh = Bytes.concat([s.rh for s in segments])
-        enc = Bytes.concat([s.enc for s in segments])
-        canon = Bytes.concat([s.canon for s in segments])
-        khash = np.concatenate([s.sorted_hash for s in segments])
-        live, sums = consolidate(rh, enc, w, "probe cache weight")
-        return _Segment(rows.take(pa.array(live)), sums, rh.take(live), enc.take(live),
-                        canon.take(live), khash[live])
+        """One segment holding the live rows of ``segments`` (no row is in two of them)."""
+        parts = [s.live() for s in segments]
+        return _Segment(
+            pa.concat_tables([s.rows for s in parts]), np.concatenate([s.w for s in parts]),
+            Bytes.concat([s.rh for s in parts]), Bytes.concat([s.enc for s in parts]),
+            Bytes.concat([s.canon for s in parts]),
+            np.concatenate([s.sorted_hash for s in parts]),
+        )
 
 
 class ProbeCache:
@@ -95,10 +123,11 @@ class ProbeCache:
     Asymmetry makes this affordable: the small side of a join fits in memory, and
     probing it with numpy ``searchsorted`` costs ~0.1 µs per row against ~5 µs for a
     RocksDB get from Python.  It is kept coherent by applying every consolidated delta of
-    its side (:meth:`apply`).  A delta becomes a new sorted segment (weights may be
-    negative) and segments of similar size are merged, so keeping the cache coherent
-    costs in proportion to the delta, not to the cache; probes read every segment (a
-    handful) and sum the entries of one row across them.
+    its side (:meth:`apply`): a row already in the cache gets its weight changed in place
+    (to 0 when it is gone), the other rows of the delta become a new sorted segment, and
+    segments of similar size are merged, so keeping the cache coherent costs in
+    proportion to the delta, not to the cache.  No row is in two segments, so a probe
+    reads every segment (a handful) and only concatenates what it finds.
     """
 
     def __init__(
@@ -111,44 +140,58 @@ class ProbeCache:
         return sum(len(s) for s in self.segments)
 
     def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
-        """Stored rows whose key equals one of the queries, consolidated per row."""
-        if len(self.segments) == 1:
-            seg = self.segments[0]
-            e, q = seg.probe(qcanon, qhash)
-            return Entries(seg.rows.take(pa.array(e)), seg.w[e], q)
-        parts = []
+        """Stored rows whose key equals one of the queries (one entry per row)."""
+        tables: list[pa.Table] = []
+        ws: list[np.ndarray] = []
+        qs: list[np.ndarray] = []
         for seg in self.segments:
             e, q = seg.probe(qcanon, qhash)
             if len(e):
-                parts.append((seg, e, q))
-        if not parts:
+                w = seg.w[e]
+                if not w.all():
+                    alive = np.flatnonzero(w)
+                    e, q, w = e[alive], q[alive], w[alive]
+                if len(e):
+                    tables.append(seg.rows.take(pa.array(e)))
+                    ws.append(w)
+                    qs.append(q)
+        if not tables:
             seg = self.segments[0]
             return Entries(seg.rows.schema.empty_table(), np.zeros(0, np.int64),
                            np.zeros(0, np.int64))
-        rows = pa.concat_tables([seg.rows.take(pa.array(e)) for seg, e, _ in parts])
-        w = np.concatenate([seg.w[e] for seg, e, _ in parts])
-        q = np.concatenate([q for _, _, q in parts])
-        if len(parts) == 1:
-            return Entries(rows, w, q)
-        rh = Bytes.concat([seg.rh.take(e) for seg, e, _ in parts])
-        enc = Bytes.concat([seg.enc.take(e) for seg, e, _ in parts])
-        # A row whose entries sit in several segments: one entry, weights summed (per
-        # query: equal rows have equal keys, so they match the same query).
-        live, sums = consolidate(rh, enc, w, "probe cache weight")
-        return Entries(rows.take(pa.array(live)), sums, q[live])
+        if len(tables) == 1:
+            return Entries(tables[0], ws[0], qs[0])
+        return Entries(pa.concat_tables(tables), np.concatenate(ws), np.concatenate(qs))
 
     def apply(self, batch: PreparedBatch, keep: np.ndarray) -> ProbeCache:
         """Merge the non-NULL-key rows ``keep`` of ``batch`` in (in place; returns self)."""
         idx = np.flatnonzero(keep)
         if not len(idx):
             return self
-        seg = _Segment(batch.table.take(pa.array(idx)), batch.w[idx], batch.rh.take(idx),
-                       batch.enc.take(idx), batch.canon.take(idx), batch.khash[idx])
+        canon, khash, rh, enc = (batch.canon.take(idx), batch.khash[idx], batch.rh.take(idx),
+                                 batch.enc.take(idx))
+        w = batch.w[idx]
+        new = np.ones(len(idx), dtype=bool)
+        for seg in self.segments:
+            rows_found, at = seg.find(canon, khash, rh, enc)
+            if len(rows_found):
+                seg.w[at] = checked_add(seg.w[at], w[rows_found], "probe cache weight")
+                new[rows_found] = False
+        rest = np.flatnonzero(new)
+        if not len(rest):
+            return self
         segments = self.segments
-        segments.append(seg)
-        while len(segments) > 1 and 2 * len(segments[-1]) >= len(segments[-2]):
-            tail = segments.pop()
-            segments[-1] = _Segment.merge([segments[-1], tail])
+        segments.append(_Segment(batch.table.take(pa.array(idx[rest])), w[rest],
+                                 rh.take(rest), enc.take(rest), canon.take(rest),
+                                 khash[rest]))
+        # Merge the tail while it is at least half the segment before it (a binary
+        # counter: O(log n) segments, each row merged O(log n) times), in one step.
+        first, total = len(segments) - 1, len(segments[-1])
+        while first > 0 and 2 * total >= len(segments[first - 1]):
+            first -= 1
+            total += len(segments[first])
+        if first < len(segments) - 1:
+            segments[first:] = [_Segment.merge(segments[first:])]
         return self
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "iter_keys",
+    "iter_keys_heads",
     "iter_values",
     "multi_get",
     "prefix_values",
@@ -163,6 +164,33 @@ def iter_values(cf: Any, path: Path | str, what: str) -> list[bytes]:
 def iter_keys(cf: Any, path: Path | str, what: str) -> list[bytes]:
     """Every key of a family, in key order, status checked."""
     return _scan(cf, path, what, "keys")
+
+
+def iter_keys_heads(cf: Any, head: int, path: Path | str, what: str
+                    ) -> tuple[list[bytes], list[bytes]]:
+    """Every key of a family and the first ``head`` bytes of its value, status checked.
+
+    Values are cut while iterating, so a scan of a family of wide rows holds only the
+    heads (a bag entry's count) in memory, not every row.
+    """
+    ro = rd.ReadOptions()
+    ro.set_total_order_seek(True)
+    keys: list[bytes] = []
+    heads: list[bytes] = []
+    with rocks_errors(path, what):
+        it = cf.iter(ro)
+    try:
+        it.seek_to_first()
+        valid, step, key, value = it.valid, it.next, it.key, it.value
+        add_key, add_head = keys.append, heads.append
+        while valid():
+            add_key(key())
+            add_head(value()[:head])
+            step()
+        _status(it, path, what)
+    finally:
+        del it
+    return keys, heads
 
 
 def range_entries(

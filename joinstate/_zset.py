@@ -9,14 +9,12 @@ so an int64 sum is right whenever the true sum is in range).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
+from joinstate._bytes import Bytes
 from joinstate.errors import StateCorruptedError, WeightOverflowError
-
-if TYPE_CHECKING:
-    from joinstate._bytes import Bytes
 
 __all__ = [
     "I64_MAX",
@@ -31,6 +29,7 @@ __all__ = [
     "expand",
     "group_rows",
     "group_u64",
+    "sort_order",
     "sum_by",
 ]
 
@@ -40,13 +39,20 @@ _SAFE = float(2**62)  # below this bound (in float64) no int64 result can have w
 
 
 class Groups:
-    """``inv[i]`` is row i's group; ``first[g]`` is the first row of group g."""
+    """``inv[i]`` is row i's group; ``first[g]`` is the first row of group g.
 
-    __slots__ = ("first", "inv")
+    ``order``, when known, lists the grouped rows sorted by their hash (the groups are
+    numbered in that order): what writing in key order needs, kept from the sort that
+    made the groups instead of sorting again.
+    """
 
-    def __init__(self, inv: np.ndarray, first: np.ndarray) -> None:
+    __slots__ = ("first", "inv", "order")
+
+    def __init__(self, inv: np.ndarray, first: np.ndarray, order: np.ndarray | None = None
+                 ) -> None:
         self.inv = inv
         self.first = first
+        self.order = order
 
     def __len__(self) -> int:
         return len(self.first)
@@ -56,7 +62,7 @@ def _groups_from_sorted(order: np.ndarray, boundary: np.ndarray) -> Groups:
     gid_sorted = np.cumsum(boundary) - 1
     inv = np.empty(len(order), dtype=np.int64)
     inv[order] = gid_sorted
-    return Groups(inv, order[boundary])
+    return Groups(inv, order[boundary], order)
 
 
 def group_u64(h: np.ndarray) -> Groups:
@@ -71,26 +77,41 @@ def group_u64(h: np.ndarray) -> Groups:
     return _groups_from_sorted(order, boundary)
 
 
-def group_rows(rh: Bytes, enc: Bytes) -> Groups:
-    """Group rows by their 128-bit hash, verifying that grouped rows really are equal."""
+EncodingsOf = Callable[[np.ndarray], "Bytes"]
+"""Gathers the encodings of some rows: lets a caller build only those that are needed."""
+
+
+def group_rows(rh: Bytes, enc: Bytes | EncodingsOf) -> Groups:
+    """Group rows by their 128-bit hash, verifying that grouped rows really are equal.
+
+    ``enc`` is the rows' encodings, or a function gathering them by position: only the
+    rows that share a hash with another are compared, so a caller whose encodings are
+    costly to assemble (spread over several segments) passes a function.
+    """
     n = len(rh)
     if n == 0:
         return Groups(np.zeros(0, np.int64), np.zeros(0, np.int64))
     words = np.ascontiguousarray(rh.matrix()).view("<u8")
-    first_word = np.sort(words[:, 0])
-    if not (first_word[1:] == first_word[:-1]).any():
+    order = np.argsort(words[:, 0])
+    s0 = words[order, 0]
+    boundary = np.empty(n, dtype=bool)
+    boundary[0] = True
+    np.not_equal(s0[1:], s0[:-1], out=boundary[1:])
+    if boundary.all():
         # Common case: no two rows share even 64 bits of hash, so all rows are distinct.
         ident = np.arange(n, dtype=np.int64)
         return Groups(ident, ident)
-    order = np.lexsort((words[:, 1], words[:, 0]))
-    s = words[order]
-    boundary = np.empty(n, dtype=bool)
-    boundary[0] = True
-    np.any(s[1:] != s[:-1], axis=1, out=boundary[1:])
+    s1 = words[order, 1]
+    if (s1[1:][~boundary[1:]] != s1[:-1][~boundary[1:]]).any():
+        # Rows that share the first 64 bits but not the second: sort by both.
+        order = np.lexsort((words[:, 1], words[:, 0]))
+        s = words[order]
+        np.any(s[1:] != s[:-1], axis=1, out=boundary[1:])
     groups = _groups_from_sorted(order, boundary)
     if len(groups) < n:
         dup = np.flatnonzero(groups.first[groups.inv] != np.arange(n))
-        if not enc.take(dup).equals(enc.take(groups.first[groups.inv[dup]])).all():
+        take = enc.take if isinstance(enc, Bytes) else enc
+        if not take(dup).equals(take(groups.first[groups.inv[dup]])).all():
             msg = "xxh3_128 collision between two different rows"
             raise StateCorruptedError(msg)
     return groups
@@ -180,7 +201,8 @@ def checked_mul(a: np.ndarray, b: np.ndarray, what: str) -> np.ndarray:
     return out
 
 
-def consolidate(rh: Bytes, enc: Bytes, w: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+def consolidate(rh: Bytes, enc: Bytes | EncodingsOf, w: np.ndarray, what: str
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Group equal rows, sum their weights, drop zeros: ``(first row of each, weight)``.
 
     The one consolidation (an incoming delta, a scan of stored entries, the probe
@@ -199,11 +221,18 @@ def consolidate(rh: Bytes, enc: Bytes, w: np.ndarray, what: str) -> tuple[np.nda
     return idx, sums
 
 
+def sort_order(a: np.ndarray) -> np.ndarray:
+    """A stable sorting permutation of ``a``; no sort when ``a`` is already sorted."""
+    if len(a) < 2 or not (a[1:] < a[:-1]).any():
+        return np.arange(len(a), dtype=np.int64)
+    return np.argsort(a, kind="stable")
+
+
 def expand(row_group: np.ndarray, entry_group: np.ndarray, n_groups: int) -> tuple[
     np.ndarray, np.ndarray
 ]:
     """All pairs (row, entry) with equal group; ``row_group`` < 0 never pairs."""
-    order = np.argsort(entry_group, kind="stable")
+    order = sort_order(entry_group)
     counts = np.bincount(entry_group, minlength=n_groups).astype(np.int64)
     starts = np.cumsum(counts) - counts
     valid = row_group >= 0

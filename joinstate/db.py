@@ -37,6 +37,7 @@ import re
 import shutil
 import threading
 import uuid
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -610,11 +611,13 @@ class Database:
         if not target.exists():
             return None
         try:
-            with np.load(target) as data:
+            # Opened here so that the handle is closed even when np.load refuses the file
+            # (a truncated archive); a damaged file is a rebuild, never a failed open.
+            with open(target, "rb") as fh, np.load(fh) as data:
                 if list(data["stamp"]) != list(stamp):
                     return None
                 return {k: data[k] for k in data.files if k != "stamp"}
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
             log.warning("ignoring unreadable %s: %s", target, exc)
             return None
 

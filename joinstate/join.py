@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 import pyarrow as pa
 
+from joinstate._bytes import is_identity
 from joinstate._index import Index, Staged
 from joinstate._probe import Entries
 from joinstate._zset import checked_mul, checked_sum_by, expand
@@ -317,9 +318,7 @@ class Join:
         with store.lock:
             store.forget_counters(self.column_families())
             for idx in (self.left, self.right):
-                idx.cache = None
-                idx.policy.side_changed()
-                idx.layout.reset()
+                idx.reset()
 
     def column_families(self) -> tuple[str, ...]:
         """Every column family of both sides."""
@@ -415,7 +414,7 @@ class Join:
             ri, ei = expand(kg.inv, entries.q, G)
             if len(ri):
                 parts.append(orient(
-                    batch.table.take(pa.array(ri)), entries.rows.take(pa.array(ei)),
+                    _take(batch.table, ri), _take(entries.rows, ei),
                     checked_mul(batch.w[ri], entries.w[ei], "the weight of a joined pair"),
                 ))
         s_preserved = (is_left and how in ("left", "full")) or (
@@ -521,8 +520,9 @@ class Join:
         """Read every stored entry of both sides and check it against the counters.
 
         Returns ``{side: {"rows": n, "entries": m, "null_rows": k}}``; raises
-        :class:`~joinstate.errors.StateCorruptedError` if a block fails its checksum or
-        a count disagrees with its counter.
+        :class:`~joinstate.errors.StateCorruptedError` if a block fails its checksum, a
+        count disagrees with its counter, or in-memory state derived from an index (the
+        bag entry map, the unique key set) disagrees with it (it is rebuilt first).
         """
         from joinstate.errors import StateCorruptedError
 
@@ -544,6 +544,9 @@ class Join:
                                 f"{name} but its counter says {want}; the state is "
                                 "inconsistent: restore it from a copy or repopulate"
                             )
+                    # Derived state that decides writes without reading (the entry
+                    # map, the key set) must agree with what was just read.
+                    layout.check_derived()
                 out[label] = counted
         return out
 
@@ -591,6 +594,11 @@ def _ipc_write(table: pa.Table) -> bytes:
 
 def _ipc_read(raw: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+
+
+def _take(table: pa.Table, idx: np.ndarray) -> pa.Table:
+    """``table.take(idx)``, without the copy when ``idx`` takes every row in order."""
+    return table if is_identity(idx, table.num_rows) else table.take(pa.array(idx))
 
 
 def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:

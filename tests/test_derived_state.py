@@ -1,13 +1,13 @@
 """Derived in-memory state (entry map, unique key set, probe cache) never changes answers.
 
-The entry map (bag retractions by exact keys), the unique key set (blind writes of new
+The entry map (bag retractions decided without reading), the unique key set (blind writes of new
 keys) and the probe cache are all *derived* from the stored index.  Each has a fast path
 and a fallback: the map may be complete, saved and loaded, missing (seeks), stale on disk
-(ignored), or wrong in memory (a hint: rows it cannot cover are sought); the key set may
-exist from the start, be built later, or be absent (reads).  Random change streams with
-deletes, duplicates and NULL keys run through every combination, closing and reopening
-the store between batches, and the integrated output must equal the oracle's join of the
-integrated inputs at every step.
+(ignored), garbage (ignored), or wrong in memory (caught by ``verify()``, which rebuilds
+it); the key set may exist from the start, be built later, or be absent (reads).  Random
+change streams with deletes, duplicates and NULL keys run through every combination,
+closing and reopening the store between batches, and the integrated output must equal the
+oracle's join of the integrated inputs at every step.
 """
 
 from __future__ import annotations
@@ -126,20 +126,26 @@ def test_reopen_with_every_kind_of_derived_state(tmp_path: Path, how: str, uniqu
         store.close()
 
 
-def test_a_wrong_entry_map_is_only_a_hint(tmp_path: Path) -> None:
-    """Emptied or polluted in memory, the map still gives exact retractions."""
+def test_a_wrong_entry_map_is_caught_by_verify(tmp_path: Path) -> None:
+    """The map decides retractions without reading, so verify() compares it with the index.
+
+    A map that lost entries in memory (a bug, here simulated) is rebuilt by verify(),
+    which raises, and retractions are exact again afterwards.
+    """
     side = joinstate.Side(RIGHT, ["k"])
     with joinstate.StateStore(tmp_path / "s") as store:
         join = store.join("j", left=side, right=side)
         rows = pa.table({"k": np.arange(200) % 7, "v": np.arange(200)})
         join.push("right", rows)
         join.push("right", rows.slice(0, 50))  # second copies: two entries per row
+        store.verify()  # the map agrees with the index
         emap = join.right.layout.emap  # the core's own object: this test pokes at it
         assert emap is not None
-        emap.runs.clear()  # the map forgets everything it knew
-        emap.pending.clear()
-        emap.pending_rows = 0
-        emap.add(np.arange(1000, dtype=np.uint64), np.full(1000, 99, np.uint64))  # bogus hints
+        emap.settle()
+        emap.runs.pop()  # the map forgets the entries of its last run
+        with pytest.raises(joinstate.StateCorruptedError, match="entry map"):
+            store.verify()
+        store.verify()  # rebuilt from the index
         gone = rows.slice(0, 80).append_column("_weight", pa.array(np.full(80, -1, np.int64)))
         join.push("right", gone)
         state = zset_from_table(join.state("right"), ["k", "v"])
