@@ -7,7 +7,7 @@ See :mod:`joinstate.db` for the lifecycle, threading and opening contracts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from joinstate import _rocks
 from joinstate.db import LAYOUT_VERSION, Database
@@ -29,9 +29,20 @@ if TYPE_CHECKING:
 
     from joinstate.join import How
     from joinstate.options import StoreOptions
-    from joinstate.pipeline import Pipeline
 
 __all__ = ["LAYOUT_VERSION", "StateStore"]
+
+
+class Attached(Protocol):
+    """An owner of column families with derived in-memory state (a pipeline).
+
+    The store saves its derived state and detaches it on close.
+    """
+
+    name: str
+
+    def detach(self) -> None:
+        """Save derived state; the object becomes unusable."""
 
 
 class StateStore(Database):
@@ -47,7 +58,7 @@ class StateStore(Database):
         self, path: str | Path, options: StoreOptions | None = None, *, read_only: bool = False
     ) -> None:
         self._joins: dict[str, Join] = {}
-        self._pipelines: dict[str, Pipeline] = {}
+        self._pipelines: dict[str, Attached] = {}
         super().__init__(path, options, read_only=read_only)
 
     def _detach(self) -> None:
@@ -58,7 +69,7 @@ class StateStore(Database):
             p.detach()
         self._pipelines.clear()
 
-    def register(self, pipeline: Pipeline) -> None:
+    def register(self, pipeline: Attached) -> None:
         """Attach a compiled pipeline: the store saves its derived state on close.
 
         One pipeline object per name and open store: two objects over the same column
