@@ -58,13 +58,14 @@ from spark_io.routing import route
 from spark_io.types import arrow_schema, arrow_type, spark_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "undone_on_failure",
     "SparkJoin",
     "check_session",
     "complete_output_dir",
@@ -356,18 +357,12 @@ class SparkJoin:
         op = args.check_op_id(op_id, "op_id") or _operation_id("apply")
         rows = self._conform_changes(side, changes)  # schema checked before any directory
         out_dir, created = self._output_dir(op, "apply")
-        try:
+        with undone_on_failure(out_dir, created, (
+                f"apply operation id {op!r}: shards that finished committed it; "
+                f"apply({side!r}, <the same changes>, op_id={op!r}) completes it exactly "
+                "once")):
             self._apply(side, rows, commit_id=f"spark-apply:{op}", out_dir=out_dir,
                         operation=op, kind="apply")
-        except BaseException as exc:
-            if created:
-                shutil.rmtree(out_dir, ignore_errors=True)
-            if isinstance(exc, Exception):
-                exc.add_note(
-                    f"apply operation id {op!r}: shards that finished committed it; "
-                    f"apply({side!r}, <the same changes>, op_id={op!r}) completes it exactly "
-                    "once")
-            raise
         self._completed(out_dir)
         return self._read(out_dir)
 
@@ -537,6 +532,22 @@ def run_job(spark: SparkSession, df: DataFrame, task: Callable[..., Any], side: 
         raise err from None
     return JobReport(side=side, seconds=time.perf_counter() - t0,
                      shards=tuple(ShardReport.from_row(r) for r in rows))
+
+
+@contextlib.contextmanager
+def undone_on_failure(out_dir: Path, created: bool, note: str) -> Iterator[None]:
+    """On failure, remove the output directory the operation created, then re-raise.
+
+    ``note`` (how to complete the operation) is added to the error.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        if isinstance(exc, Exception):
+            exc.add_note(note)
+        raise
 
 
 def open_output_dir(outputs_dir: Path, owner: str, operation: str, kind: str

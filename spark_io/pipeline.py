@@ -92,6 +92,7 @@ from spark_io.job import (
     open_output_dir,
     operation_id,
     run_job,
+    undone_on_failure,
     write_report,
 )
 from spark_io.manifest import PARTITIONER
@@ -336,18 +337,12 @@ class SparkPipeline:
         t0 = time.perf_counter()
         out_dir, created = open_output_dir(self.outputs_dir, self._owner, op, "apply")
         jobs: list[JobReport] = []
-        try:
+        with undone_on_failure(out_dir, created, (
+                f"apply operation id {op!r}: stage shards that finished committed it; "
+                f"apply({source!r}, <the same changes>, op_id={op!r}) completes it "
+                "exactly once")):
             produced = self._propagate(source, rows, out_dir / source, f"spark-apply:{op}:",
                                        jobs)
-        except BaseException as exc:
-            if created:
-                shutil.rmtree(out_dir, ignore_errors=True)
-            if isinstance(exc, Exception):
-                exc.add_note(
-                    f"apply operation id {op!r}: stage shards that finished committed it; "
-                    f"apply({source!r}, <the same changes>, op_id={op!r}) completes it "
-                    "exactly once")
-            raise
         return self._finish(op, "apply", out_dir, {source: produced}, jobs, t0)
 
     def foreach_batch_sink(
