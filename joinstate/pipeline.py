@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections import abc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -440,6 +441,52 @@ Keyed = tuple[pa.Table, np.ndarray, Bytes, np.ndarray, np.ndarray]
 """A changed input: rows, weights, canonical keys and hashes (non-NULL rows), their rows."""
 
 
+@dataclass(frozen=True)
+class _Materialized:
+    """A materialized output: the hidden count-per-row group-by keeping its contents."""
+
+    node: Node
+    count: str
+    order_by: tuple[tuple[str, str], ...]
+    limit: int | None
+
+    def spec(self) -> dict[str, Any]:
+        return {"node": self.node.id, "order_by": [list(o) for o in self.order_by],
+                "limit": self.limit}
+
+
+def _check_order(name: str, schema: pa.Schema, order_by: object
+                 ) -> tuple[tuple[str, str], ...]:
+    if order_by is None:
+        return ()
+    if isinstance(order_by, str | bytes) or not isinstance(order_by, abc.Sequence):
+        raise SchemaMismatchError(
+            f"output {name!r}: order_by={order_by!r} must be a list of (column, "
+            "'ascending' | 'descending') pairs"
+        )
+    out = []
+    for item in order_by:
+        if (not isinstance(item, tuple | list) or len(item) != 2
+                or item[1] not in ("ascending", "descending")):
+            raise SchemaMismatchError(
+                f"output {name!r}: order_by item {item!r} must be (column, 'ascending' | "
+                "'descending')"
+            )
+        if item[0] not in schema.names:
+            raise SchemaMismatchError(f"output {name!r}: order_by column {item[0]!r} is not "
+                                      f"a column of the output ({schema.names})")
+        out.append((str(item[0]), str(item[1])))
+    return tuple(out)
+
+
+def _sort_indices(rows: pa.Table, order_by: tuple[tuple[str, str], ...]) -> pa.Array:
+    """Sort order with NULLs last for every key (per-key placement where pyarrow has it)."""
+    try:
+        return pc.sort_indices(rows, sort_keys=[(c, o, "at_end") for c, o in order_by])
+    except (TypeError, ValueError):  # pyarrow < 25: one placement for all keys
+        return pc.sort_indices(rows, sort_keys=list(order_by), null_placement="at_end")
+
+
 class Pipeline:
     """A named DAG of operators over named sources, maintained in a :class:`StateStore`.
 
@@ -470,6 +517,7 @@ class Pipeline:
         self._row_codecs: dict[int, RowCodec] = {}
         self._consumers: dict[int, list[Node]] = {}
         self._produced: dict[int, int] = {}
+        self._materialized: dict[str, _Materialized] = {}
 
     # ---- building ---------------------------------------------------------------------
 
@@ -542,8 +590,17 @@ class Pipeline:
         return self.add(JoinAllNode(0, tuple(s.node for s in streams), pa.schema(fields),
                                     legs=tuple(names), keys=tuple(keys)))
 
-    def output(self, name: str, stream: Stream) -> None:
-        """Name a stream as an output: :meth:`push` returns its change set."""
+    def output(self, name: str, stream: Stream, *, materialize: bool = False,
+               order_by: Sequence[tuple[str, str]] | None = None,
+               limit: int | None = None) -> None:
+        """Name a stream as an output: :meth:`push` returns its change set.
+
+        ``materialize=True`` also keeps the output's current contents in the store (a
+        count per distinct row, in a group-by state), so that :meth:`read` can return
+        them; ``order_by`` (``[(column, "ascending" | "descending")]``) and ``limit``
+        are applied when it is read (a top-N is evaluated over the maintained result,
+        not maintained itself: a retraction could otherwise need rows beyond the N).
+        """
         validate_name("output", name)
         if not isinstance(stream, Stream) or stream.pipeline is not self:
             raise SchemaMismatchError(f"output {name!r} must be a Stream of this pipeline")
@@ -551,7 +608,53 @@ class Pipeline:
             raise SchemaMismatchError(f"pipeline {self.name!r} already has an output {name!r}")
         if self._compiled:
             raise SchemaMismatchError(f"pipeline {self.name!r} is compiled; add outputs first")
+        if not isinstance(materialize, bool):
+            raise SchemaMismatchError(f"output {name!r}: materialize={materialize!r} must be "
+                                      "a bool")
+        if (order_by is not None or limit is not None) and not materialize:
+            raise SchemaMismatchError(
+                f"output {name!r}: order_by and limit apply when a materialized output is "
+                "read; pass materialize=True"
+            )
+        order = _check_order(name, stream.schema, order_by)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 0):
+            raise SchemaMismatchError(f"output {name!r}: limit={limit!r} must be an int >= 0")
         self._outputs[name] = stream.node
+        if materialize:
+            count = "__rows"
+            while count in stream.schema.names:
+                count = "_" + count
+            kept = stream.group_by(stream.columns).aggregate(**{count: ("count", None)})
+            self._materialized[name] = _Materialized(kept.node, count, order, limit)
+
+    def read(self, name: str) -> pa.Table:
+        """The current contents of materialized output ``name`` (no ``_weight``).
+
+        A row held k times appears k times; ``order_by`` sorts (NULLs last, as DuckDB
+        and Spark do for ascending keys) and ``limit`` keeps the first rows.
+        """
+        m = self._materialized.get(name)
+        if m is None:
+            known = sorted(self._materialized)
+            raise SchemaMismatchError(
+                f"pipeline {self.name!r} has no materialized output {name!r} (materialized: "
+                f"{known}); declare it with p.output({name!r}, stream, materialize=True)"
+            )
+        store = self._require_store()
+        self.compile()
+        with store.lock:
+            state = self._groups[m.node.id].state()
+        counts = state.column(m.count).to_numpy()
+        rows = state.drop_columns([m.count])
+        if len(counts) and not (counts == 1).all():
+            rows = rows.take(pa.array(np.repeat(np.arange(len(counts)), counts)))
+        if m.order_by:
+            rows = rows.take(_sort_indices(rows, m.order_by))
+        if m.limit is not None:
+            rows = rows.slice(0, m.limit)
+        return rows.cast(self.output_schema(name).remove(
+            self.output_schema(name).get_field_index(WEIGHT)))
 
     # ---- read-only facts ----------------------------------------------------------------
 
@@ -687,7 +790,9 @@ class Pipeline:
             raise SchemaMismatchError(f"pipeline {self.name!r} has no outputs; call "
                                       "p.output(name, stream)")
         with store.lock:
-            self._cols = needed_columns(self._nodes, list(self._outputs.values()))
+            self._cols = needed_columns(
+                self._nodes, [*self._outputs.values(),
+                              *(m.node for m in self._materialized.values())])
             for nid, cols in self._cols.items():
                 node = self._nodes[nid]
                 self._rt[nid] = pa.schema([node.schema.field(c) for c in cols])
@@ -720,6 +825,8 @@ class Pipeline:
             "version": SPEC_VERSION, "share_indexes": self.share_indexes,
             "nodes": [n.spec() for n in self._nodes if n.id in self._cols],
             "outputs": {k: n.id for k, n in self._outputs.items()},
+            **({"materialized": {k: m.spec() for k, m in self._materialized.items()}}
+               if self._materialized else {}),
         }
 
     def _plan_indexes(self) -> None:
