@@ -770,8 +770,11 @@ def index_bytes(store: joinstate.StateStore, p: joinstate.Pipeline) -> dict[str,
     shared = 0
     for cf, n in out.items():
         if cf.startswith(prefix):
-            stream = re.split(r"[~\[]", cf[len(prefix):], maxsplit=1)[0]
-            if stream.startswith(SHARED_INPUTS):
+            parts = re.split(r"[~\[]", cf[len(prefix):], maxsplit=2)
+            stream, reader = parts[0], (parts[1] if cf.count("~") > 1 else "")
+            # Unshared, the six legs each index their own filtered projection of the
+            # union (``project<i>~joinall<j>-<leg>``): what the shared union index replaces.
+            if stream.startswith(SHARED_INPUTS) or reader.startswith("joinall"):
                 shared += n
     out["shared inputs"] = shared
     return out

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from joinstate._bytes import Bytes
-from joinstate._expr import as_expression, evaluate, mask, output_types
+from joinstate._expr import as_expression, evaluate, mask, output_types, references
 from joinstate._graph import (
     AggNode,
     FilterNode,
@@ -370,6 +370,86 @@ class IndexPlan:
     plan: list[KeyColumn] | None = None
     owner: str = ""  # set when sharing is off: the reader that owns it
     index: Index | None = None
+    predicate: pc.Expression | None = None
+    """Rows the index keeps: the OR of its readers' filters (None: every row)."""
+    reader_filters: list[pc.Expression | None] = field(default_factory=list)
+    """Per reader, the AND of the filters it applies before any renaming (None: none)."""
+    reader_needs: list[set[str]] = field(default_factory=list)
+    """Per reader, the columns of the index's stream it reads (filters included)."""
+    guards: list[tuple[pc.Expression, list[str]]] = field(default_factory=list)
+    """Columns kept only on rows some reader of theirs passes: (that OR, columns)."""
+
+    def settle_predicate(self) -> None:
+        """Keep only rows some reader can pass: when every reader filters, OR them.
+
+        A shared index otherwise holds the whole stream, while each per-reader index
+        holds its filtered rows only; with this, sharing never stores a row no reader
+        needs (q4's six year_total legs read two of the years).
+        """
+        if not self.reader_filters or any(f is None for f in self.reader_filters):
+            self.predicate = None
+            return
+        seen: dict[str, pc.Expression] = {}
+        for f in self.reader_filters:
+            assert f is not None
+            seen.setdefault(str(f), f)
+        self.predicate = _any_of(list(seen.values()))
+
+    def settle_guards(self, schema: pa.Schema, keep: set[str]) -> None:
+        """Store a column as NULL on rows that no reader needing it can pass.
+
+        In a shared index a column read by one filtered reader (q4: the names, read by
+        one of six legs) would otherwise be stored on every row.  The stored row is a
+        function of the row, so inserts and retractions still meet; readers that do not
+        read the column never see it, and readers that do only see rows they pass, on
+        which it is kept.  ``keep``: columns never nulled (keys, filter inputs, unique
+        keys); a column declared not-nullable is kept too.
+        """
+        self.guards = []
+        if self.predicate is None:
+            return
+        by_guard: dict[str, tuple[pc.Expression, list[str]]] = {}
+        for c in sorted(self.columns - keep):
+            if not schema.field(c).nullable:
+                continue
+            users = [f for f, need in zip(self.reader_filters, self.reader_needs,
+                                          strict=True) if c in need]
+            if len(users) == len(self.reader_needs) or any(f is None for f in users):
+                continue
+            seen: dict[str, pc.Expression] = {}
+            for f in users:
+                assert f is not None
+                seen.setdefault(str(f), f)
+            guard = _any_of(list(seen.values()))
+            by_guard.setdefault(str(guard), (guard, []))[1].append(c)
+        self.guards = list(by_guard.values())
+
+    def rows_to_store(self, table: pa.Table, w: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The rows (and columns) this index stores of a change to its stream."""
+        if self.predicate is not None:
+            sel = np.flatnonzero(mask(table, self.predicate))
+            if len(sel) != table.num_rows:
+                table, w = table.take(pa.array(sel)), w[sel]
+        for guard, cols in self.guards:
+            if not table.num_rows:
+                break
+            keep = mask(table, guard)
+            if keep.all():
+                continue
+            cond = pa.array(keep)
+            for c in cols:
+                i = table.schema.get_field_index(c)
+                col = table.column(i)
+                table = table.set_column(i, table.schema.field(i), pc.if_else(
+                    cond, col, pa.scalar(None, col.type)))
+        return table, w
+
+
+def _any_of(exprs: list[pc.Expression]) -> pc.Expression:
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = out | e
+    return out
 
 
 Step = tuple[str, Any]
@@ -716,6 +796,8 @@ class Pipeline:
             lines.append(
                 f"  index {ip.index.cf}: {ip.base.label} by {list(ip.key)}, layout "
                 f"{ip.index.side.layout}, columns {cols}; read by {', '.join(ip.readers)}"
+                + (f"; keeps rows where {ip.predicate}" if ip.predicate is not None else "")
+                + "".join(f"; {cols} only where {g}" for g, cols in ip.guards)
             )
         for nid, g in self._groups.items():
             lines.append(f"  aggregate {self._nodes[nid].label}: families "
@@ -847,6 +929,16 @@ class Pipeline:
                 needs = base.input_needs(needs)[0]
                 base = base.inputs[0]
             steps.reverse()
+            leading = []
+            for kind, arg in steps:
+                if kind != "filter":
+                    break
+                leading.append(arg)
+            conj = None
+            if leading:
+                conj = leading[0]
+                for e in leading[1:]:
+                    conj = conj & e
             who = f"{node.label}[{pos}]"
             ident: tuple[Any, ...] = ((base.id, tuple(bkey)) if self.share_indexes
                                       else (node.id, pos))
@@ -855,6 +947,8 @@ class Pipeline:
                 ip = plans[ident] = IndexPlan(base, tuple(bkey), owner="" if self.share_indexes
                                               else f"{node.label}-{pos}")
             ip.readers.append(who)
+            ip.reader_filters.append(conj)
+            ip.reader_needs.append(set(needs))
             ip.columns |= needs | set(bkey)
             self._readers[(node.id, pos)] = _Reader(ip, tuple(steps), self._cols[inp.id])
 
@@ -885,6 +979,13 @@ class Pipeline:
             base = ip.base
             if isinstance(base, SourceNode) and base.unique_key:
                 ip.columns |= set(base.unique_key)
+            if self.share_indexes:
+                ip.settle_predicate()
+                keep = set(ip.key) | set(getattr(base, "unique_key", None) or ())
+                for f in ip.reader_filters:
+                    if f is not None:
+                        keep |= references(base.schema, f)
+                ip.settle_guards(base.schema, keep)
             missing = ip.columns - set(self._cols[base.id])
             if missing:  # needed_columns guarantees this; a bug otherwise
                 msg = f"internal: index of {base.label} needs {missing} its stream lacks"
@@ -1098,9 +1199,12 @@ class Pipeline:
     def _stage_index(self, ip: IndexPlan, d: Delta, txn: Transaction) -> None:
         idx = ip.index
         assert idx is not None
+        table, w = ip.rows_to_store(*d)
+        if not table.num_rows:
+            return
         cols = [c for c in ip.base.schema.names if c in ip.columns]
-        batch = idx.prepare(d[0].select(cols).append_column(
-            pa.field(WEIGHT, pa.int64()), pa.array(d[1], pa.int64())))
+        batch = idx.prepare(table.select(cols).append_column(
+            pa.field(WEIGHT, pa.int64()), pa.array(w, pa.int64())))
         if batch.rows:
             idx.stage(batch, txn)
             txn.after_commit(functools.partial(idx.after_write, batch))
