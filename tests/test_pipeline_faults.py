@@ -1,0 +1,167 @@
+"""Faults for pipelines, as tests/test_faults.py does for joins.
+
+* threads: pushes into two sources of one pipeline from two threads, with a reader of a
+  materialized output running: every push is one transaction, so the reader never sees
+  part of one and the final output equals a plain evaluation of the final inputs;
+* disk full: pushes into a pipeline on a 4 MiB tmpfs until it is full raise
+  ``StateIOError``; ``close()`` works; after the disk grows, a reopen holds exactly the
+  committed pushes (checked against a plain evaluation) and accepts more.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from faults import Tmpfs
+
+import joinstate
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+A = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+B = pa.schema([("k", pa.int64()), ("s", pa.string())])
+
+
+def define(p: joinstate.Pipeline) -> None:
+    a = p.source("a", A)
+    b = p.source("b", B)
+    joined = a.join(b, on="k").select({"k": "k", "v": "v"})
+    totals = joined.group_by("k").aggregate(total=("sum", pc.field("v")), n=("count", None))
+    p.output("totals", totals, materialize=True)
+
+
+def delta(schema: pa.Schema, keys: np.ndarray, values: list[Any], w: int = 1) -> pa.Table:
+    return pa.table({"k": pa.array(keys, pa.int64()),
+                     schema.names[1]: pa.array(values, schema.field(1).type),
+                     joinstate.WEIGHT: pa.array(np.full(len(keys), w), pa.int64())})
+
+
+def expected(a_rows: list[tuple[int, int]], b_rows: list[tuple[int, str]]
+             ) -> Counter[tuple[Any, ...]]:
+    b_count = Counter(k for k, _ in b_rows)
+    total: Counter[int] = Counter()
+    n: Counter[int] = Counter()
+    for k, v in a_rows:
+        if b_count[k]:
+            total[k] += v * b_count[k]
+            n[k] += b_count[k]
+    return Counter({(k, total[k], n[k]): 1 for k in n})
+
+
+def as_rows(t: pa.Table) -> Counter[tuple[Any, ...]]:
+    return Counter(zip(t["k"].to_pylist(), t["total"].to_pylist(), t["n"].to_pylist(),
+                       strict=True))
+
+
+def test_two_threads_push_two_sources_of_one_pipeline(tmp_path: Path) -> None:
+    batches, rows = 40, 300
+    a_rows = [(int(k), int(k) % 7) for b in range(batches)
+              for k in range(b * rows, (b + 1) * rows)]
+    b_rows = [(int(k), "x") for b in range(batches)
+              for k in range(b * rows, (b + 1) * rows) if k % 3]
+    errors: list[BaseException] = []
+    seen: list[int] = []
+    stop = threading.Event()
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "t")
+        define(p)
+        p.compile()
+
+        def push_a() -> None:
+            try:
+                for b in range(batches):
+                    part = a_rows[b * rows:(b + 1) * rows]
+                    p.push("a", delta(A, np.array([k for k, _ in part]), [v for _, v in part]))
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+        def push_b() -> None:
+            try:
+                for b in range(batches):
+                    keys = np.array([k for k in range(b * rows, (b + 1) * rows) if k % 3])
+                    p.push("b", delta(B, keys, ["x"] * len(keys)))
+            except BaseException as exc:
+                errors.append(exc)
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    t = p.read("totals")
+                    seen.append(int(pc.sum(t["n"]).as_py() or 0))
+                except BaseException as exc:
+                    errors.append(exc)
+                    return
+
+        threads = [threading.Thread(target=f) for f in (push_a, push_b)]
+        reader = threading.Thread(target=read)
+        reader.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        reader.join()
+        assert not errors, errors
+        want = expected(a_rows, b_rows)
+        assert as_rows(p.read("totals")) == want
+        assert seen == sorted(seen), "a reader saw the output shrink: it saw part of a push"
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "t")
+        define(p)
+        assert as_rows(p.read("totals")) == want
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Tmpfs]:
+    disk = Tmpfs(tmp_path / "disk", "4m")
+    reason = disk.mount()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        yield disk
+    finally:
+        disk.unmount()
+
+
+def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
+    path = small_disk.path / "store"
+    store = joinstate.StateStore(path)
+    p = joinstate.Pipeline(store, "d")
+    define(p)
+    p.push("b", delta(B, np.arange(0, 10**6, 1000), ["y" * 50] * 1000))
+    committed: list[tuple[int, int]] = []
+    failure: BaseException | None = None
+    for b in range(400):
+        keys = np.arange(b * 1000, (b + 1) * 1000) // 1000 * 1000 + np.arange(1000) % 7
+        values = list(range(b * 1000, (b + 1) * 1000))  # distinct rows: no consolidation
+        try:
+            p.push("a", delta(A, keys, values), commit_id=f"a{b}")
+        except Exception as exc:
+            failure = exc
+            break
+        committed += [(int(k), v) for k, v in zip(keys, values, strict=True)]
+    assert failure is not None, "4 MiB never filled"
+    assert isinstance(failure, joinstate.StateIOError), f"{type(failure)!r}: {failure}"
+    with pytest.raises(joinstate.StateIOError):
+        p.push("a", delta(A, np.array([0]), [1]))
+    store.close()
+    store.close()
+    small_disk.resize("64m")
+    b_rows = [(int(k), "y" * 50) for k in np.arange(0, 10**6, 1000)]
+    with joinstate.StateStore(path) as store:
+        p = joinstate.Pipeline(store, "d")
+        define(p)
+        assert as_rows(p.read("totals")) == expected(committed, b_rows)
+        n = len(committed) // 1000
+        assert p.committed(f"a{n - 1}")
+        assert not p.committed(f"a{n}")
+        p.push("a", delta(A, np.array([0]), [5]))  # writable again
+        assert as_rows(p.read("totals")) == expected([*committed, (0, 5)], b_rows)
