@@ -577,13 +577,22 @@ class Pipeline:
     :class:`~joinstate.errors.JoinSpecMismatchError` names what differs.
     """
 
-    def __init__(self, store: StateStore, name: str, *, share_indexes: bool = True) -> None:
+    def __init__(self, store: StateStore, name: str, *,
+                 share_indexes: bool | Mapping[str, bool] = True) -> None:
         validate_name("pipeline", name)
-        if not isinstance(share_indexes, bool):
-            raise SchemaMismatchError(f"share_indexes={share_indexes!r} must be a bool")
         self.store: StateStore | None = store
         self.name = name
-        self.share_indexes = share_indexes
+        self.share_indexes: bool | dict[str, bool]
+        if isinstance(share_indexes, bool):
+            self.share_indexes = share_indexes
+        elif isinstance(share_indexes, abc.Mapping) and all(
+                isinstance(k, str) and isinstance(v, bool) for k, v in share_indexes.items()):
+            self.share_indexes = dict(sorted(share_indexes.items()))
+        else:
+            raise SchemaMismatchError(
+                f"share_indexes={share_indexes!r} must be a bool, or a mapping from a source "
+                "name or operator label (as explain() shows it) to a bool"
+            )
         self._nodes: list[Node] = []
         self._sources: dict[str, SourceNode] = {}
         self._outputs: dict[str, Node] = {}
@@ -788,7 +797,9 @@ class Pipeline:
     def explain(self) -> str:
         """The compiled plan in words: each index, who reads it, and the aggregates."""
         self.compile()
-        sharing = "shared" if self.share_indexes else "per operator"
+        sharing = ("shared" if self.share_indexes is True else "per operator"
+                   if self.share_indexes is False else
+                   f"shared except {[k for k, v in self.share_indexes.items() if not v]}")
         lines = [f"pipeline {self.name!r} (indexes {sharing})"]
         for ip in self._indexes:
             assert ip.index is not None
@@ -880,6 +891,7 @@ class Pipeline:
                 self._rt[nid] = pa.schema([node.schema.field(c) for c in cols])
                 for inp in node.inputs:
                     self._consumers.setdefault(inp.id, []).append(node)
+            self._check_sharing_names()
             self._plan_indexes()
             spec = self._spec()
             key = pipeline_spec_key(self.name)
@@ -917,7 +929,7 @@ class Pipeline:
         def reader(node: Node, pos: int, inp: Node, key: tuple[str, ...], strip: bool) -> None:
             base, steps, bkey = inp, [], list(key)
             needs = set(self._cols[inp.id])
-            while strip and self.share_indexes:
+            while strip and self._any_sharing():
                 if isinstance(base, FilterNode):
                     steps.append(("filter", base.expr))
                 elif isinstance(base, ProjectNode) and (picks := _column_picks(base)):
@@ -928,6 +940,10 @@ class Pipeline:
                     break
                 needs = base.input_needs(needs)[0]
                 base = base.inputs[0]
+            shared = self._shares(base)
+            if not shared:
+                base, steps, bkey = inp, [], list(key)
+                needs = set(self._cols[inp.id])
             steps.reverse()
             leading = []
             for kind, arg in steps:
@@ -940,12 +956,11 @@ class Pipeline:
                 for e in leading[1:]:
                     conj = conj & e
             who = f"{node.label}[{pos}]"
-            ident: tuple[Any, ...] = ((base.id, tuple(bkey)) if self.share_indexes
-                                      else (node.id, pos))
+            ident: tuple[Any, ...] = ((base.id, tuple(bkey)) if shared else (node.id, pos))
             ip = plans.get(ident)
             if ip is None:
-                ip = plans[ident] = IndexPlan(base, tuple(bkey), owner="" if self.share_indexes
-                                              else f"{node.label}-{pos}")
+                ip = plans[ident] = IndexPlan(base, tuple(bkey),
+                                              owner="" if shared else f"{node.label}-{pos}")
             ip.readers.append(who)
             ip.reader_filters.append(conj)
             ip.reader_needs.append(set(needs))
@@ -979,7 +994,7 @@ class Pipeline:
             base = ip.base
             if isinstance(base, SourceNode) and base.unique_key:
                 ip.columns |= set(base.unique_key)
-            if self.share_indexes:
+            if not ip.owner:
                 ip.settle_predicate()
                 keep = set(ip.key) | set(getattr(base, "unique_key", None) or ())
                 for f in ip.reader_filters:
@@ -990,6 +1005,29 @@ class Pipeline:
             if missing:  # needed_columns guarantees this; a bug otherwise
                 msg = f"internal: index of {base.label} needs {missing} its stream lacks"
                 raise SchemaMismatchError(msg)
+
+    def _any_sharing(self) -> bool:
+        if isinstance(self.share_indexes, bool):
+            return self.share_indexes
+        return True
+
+    def _shares(self, node: Node) -> bool:
+        """Whether the readers of ``node``'s stream share one index per key."""
+        if isinstance(self.share_indexes, bool):
+            return self.share_indexes
+        name = node.name if isinstance(node, SourceNode) else node.label
+        return self.share_indexes.get(name, True)
+
+    def _check_sharing_names(self) -> None:
+        if isinstance(self.share_indexes, bool):
+            return
+        known = {n.name if isinstance(n, SourceNode) else n.label for n in self._nodes}
+        unknown = sorted(set(self.share_indexes) - known)
+        if unknown:
+            raise SchemaMismatchError(
+                f"pipeline {self.name!r}: share_indexes names {unknown}, which are neither "
+                f"sources nor operators of it (known: {sorted(known)})"
+            )
 
     def _set_plan(self, node: Node, positions: list[int], plan: list[KeyColumn]) -> None:
         for pos in positions:

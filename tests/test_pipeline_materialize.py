@@ -176,3 +176,48 @@ def test_shared_index_keeps_only_rows_and_columns_some_reader_needs(tmp_path: Pa
         text = p.explain()
         assert "keeps rows where" in text
         assert "['name'] only where" in text
+
+
+def test_sharing_can_be_turned_off_per_stream(tmp_path: Path) -> None:
+    """``share_indexes={stream: False}``: that stream's readers get their own indexes,
+    the others stay shared; the outputs do not change."""
+    def define(p: joinstate.Pipeline) -> None:
+        a = p.source("a", A)
+        b = p.source("b", B)
+        j1 = a.join(b, on=("k", "k2")).select(["k", "x"])
+        j2 = a.filter(pc.field("s") == "p").join(b, on=("k", "k2")).select(["k", "y"])
+        p.output("r1", j1, materialize=True)
+        p.output("r2", j2, materialize=True)
+
+    got = {}
+    for share in (True, {"a": False}, False):
+        with joinstate.StateStore(tmp_path / repr(share)) as store:
+            p = joinstate.Pipeline(store, "m", share_indexes=share)
+            define(p)
+            p.push("a", pa.table({"k": [1, 2, 2], "x": [1.0, 2.0, 3.0], "s": ["p", "q", "p"],
+                                  joinstate.WEIGHT: [1, 1, 1]}))
+            p.push("b", pa.table({"k2": [1, 2], "y": [None, None], joinstate.WEIGHT: [1, 1]},
+                                 schema=B.append(pa.field(joinstate.WEIGHT, pa.int64()))))
+            got[repr(share)] = (rows(p.read("r1")), rows(p.read("r2")))
+            names = [i.name for i in p.indexes()]
+            n_b = sum(n.startswith(("ix.m~b[", "ix.m~b~")) for n in names)
+            n_a = len(names) - n_b
+            if share is True:
+                assert (n_a, n_b) == (1, 1), names
+            elif share is False:
+                assert (n_a, n_b) == (2, 2), names
+            else:
+                assert (n_a, n_b) == (2, 1), names
+                assert "shared except ['a']" in p.explain()
+    assert len(set(map(repr, got.values()))) == 1
+
+
+def test_sharing_names_must_exist(tmp_path: Path) -> None:
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "m", share_indexes={"nope": False})
+        p.output("r", p.source("a", A))
+        with pytest.raises(SchemaMismatchError, match="'nope'"):
+            p.compile()
+    with pytest.raises(SchemaMismatchError, match="share_indexes"):
+        joinstate.Pipeline(joinstate.StateStore(tmp_path / "t"), "m",
+                           share_indexes={"a": "yes"})  # type: ignore[dict-item]
