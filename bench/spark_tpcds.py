@@ -1,0 +1,340 @@
+"""``python -m bench sparkjoin``: TPC-DS customer ⋈ store_sales three ways, side by side.
+
+The one join a Spark user would otherwise write as a Spark Structured Streaming
+stream-stream join, on the same Parquet, each run checked against DuckDB:
+
+* **in-process**: ``population.populate`` into one StateStore, one writer, the output
+  delta written to one Parquet file (the figure Spark must beat with two cores);
+* **SparkJoin**: ``spark_io.SparkJoin.populate`` with ``shards`` shards on
+  ``local[cores]`` (its output is Parquet written by the workers);
+* **Spark Structured Streaming**: both tables as file-stream sources, an inner
+  stream-stream join, the ``RocksDBStateStoreProvider``, ``trigger(availableNow=True)``,
+  Parquet sink -- what a Spark user has without joinstate.
+
+Then micro-batches: one ``availableNow`` run over an empty new batch and over a small
+one (``--batch-rows`` new sales), for ``SparkJoin.foreach_batch_sink`` and for Spark's
+own join (each is the time of one streaming query run that processes that one batch).
+Every output is compared with DuckDB's join of the inputs as a multiset (a count and a
+row-hash sum per side of the comparison).  SparkSession start is excluded from every
+figure.  Results: ``<out>/sparkjoin.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import joinstate
+import population
+from bench import tpcds
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["main", "run"]
+
+CUSTOMER_COLUMNS = ["c_customer_sk", "c_customer_id", "c_first_name", "c_last_name",
+                    "c_birth_year", "c_email_address"]
+SALES_COLUMNS = ["ss_customer_sk", "ss_item_sk", "ss_ticket_number", "ss_quantity",
+                 "ss_net_paid"]
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _checksum(con: Any, relation: str, cols: list[str]) -> tuple[int, int]:
+    """(rows, sum of a 64-bit hash of each row) of a DuckDB relation: a multiset digest."""
+    row = con.execute(
+        f"SELECT count(*), coalesce(sum(hash({', '.join(cols)}))::HUGEINT, 0) FROM {relation}"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def reference(customer: Path, sales: Path, extra: list[Path] | None = None) -> tuple[int, int]:
+    """DuckDB's inner join of the inputs: (rows, row-hash sum)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        files = [str(sales), *(str(p) for p in extra or [])]
+        con.execute(f"CREATE VIEW s AS SELECT * FROM read_parquet({files!r})")
+        con.execute(f"CREATE VIEW c AS SELECT * FROM read_parquet('{customer}')")
+        con.execute("CREATE VIEW j AS SELECT * FROM c JOIN s ON c_customer_sk = ss_customer_sk")
+        return _checksum(con, "j", CUSTOMER_COLUMNS + SALES_COLUMNS)
+    finally:
+        con.close()
+
+
+def digest_parquet(paths: list[Path], weighted: bool) -> tuple[int, int]:
+    """The same digest of Parquet output (``_weight`` rows expanded by their weight)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        files = [str(p) for p in paths]
+        con.execute(f"CREATE VIEW o AS SELECT * FROM read_parquet({files!r}, "
+                    "union_by_name=true)")
+        cols = CUSTOMER_COLUMNS + SALES_COLUMNS
+        if weighted:
+            row = con.execute(
+                f"SELECT coalesce(sum(_weight), 0), coalesce(sum(hash({', '.join(cols)})::HUGEINT"
+                " * _weight), 0) FROM o").fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+        return _checksum(con, "o", cols)
+    finally:
+        con.close()
+
+
+def _parquet_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.parquet") if p.stat().st_size)
+
+
+# ---- the three ways ------------------------------------------------------------------
+
+
+def in_process(work: Path, customer: Path, sales: Path, strategy: str) -> dict[str, Any]:
+    """One writer in this process; the output delta to one Parquet file."""
+    path = work / "inproc"
+    shutil.rmtree(path, ignore_errors=True)
+    out_file = work / "inproc-out.parquet"
+    writer: pq.ParquetWriter | None = None
+
+    def sink(t: pa.Table) -> None:
+        nonlocal writer
+        if writer is None:
+            writer = pq.ParquetWriter(out_file, t.schema)
+        writer.write_table(t)
+
+    t0 = time.perf_counter()
+    with joinstate.StateStore(path) as store:
+        join = store.join("cs", left=joinstate.Side(pq.read_schema(customer),
+                                                    ["c_customer_sk"], ["c_customer_sk"]),
+                          right=joinstate.Side(pq.read_schema(sales), ["ss_customer_sk"]))
+        rep = population.populate(join, left=str(customer), right=str(sales),
+                                  strategy=strategy, progress=False, sink=sink)
+    if writer is not None:
+        writer.close()
+    wall = time.perf_counter() - t0
+    shutil.rmtree(path, ignore_errors=True)
+    return {"s": wall, "strategy": rep.strategy.get("name"), "output_rows": rep.output_rows,
+            "digest": digest_parquet([out_file], weighted=True)}
+
+
+def spark_join(spark: SparkSession, work: Path, customer: Path, sales: Path, strategy: str,
+               shards: int, micro_rows: int) -> dict[str, Any]:
+    """SparkJoin.populate, then foreachBatch micro-batches (empty, then small)."""
+    import spark_io
+
+    state = work / "sparkjoin"
+    shutil.rmtree(state, ignore_errors=True)
+    left = spark.read.parquet(str(customer))
+    right = spark.read.parquet(str(sales))
+    job = spark_io.SparkJoin(spark, "cs", left=left, right=right,
+                             left_key=["c_customer_sk"], right_key=["ss_customer_sk"],
+                             left_unique_key=["c_customer_sk"], state_dir=state,
+                             shards=shards)
+    t0 = time.perf_counter()
+    out = job.populate(strategy)
+    wall = time.perf_counter() - t0
+    files = [Path(p.replace("file://", "")) for p in out.inputFiles()]
+    res: dict[str, Any] = {"s": wall, "shards": shards,
+                           "digest": digest_parquet(files, weighted=True)}
+    res["micro"] = _micro_batches(
+        spark, work / "sj-stream", sales, micro_rows,
+        lambda stream, ckpt: stream.writeStream.foreachBatch(
+            job.foreach_batch_sink("right", work / "sj-out")).option(
+                "checkpointLocation", str(ckpt)))
+    shutil.rmtree(state, ignore_errors=True)
+    return res
+
+
+def structured_streaming(spark: SparkSession, work: Path, customer: Path, sales: Path,
+                         micro_rows: int) -> dict[str, Any]:
+    """Spark's own stream-stream join with the RocksDB state store, availableNow."""
+    root = work / "sss"
+    shutil.rmtree(root, ignore_errors=True)
+    cdir, sdir = root / "in-customer", root / "in-sales"
+    cdir.mkdir(parents=True)
+    sdir.mkdir(parents=True)
+    os.symlink(customer, cdir / "part-0.parquet")
+    os.symlink(sales, sdir / "part-0.parquet")
+    c = spark.readStream.schema(spark.read.parquet(str(customer)).schema).parquet(str(cdir))
+    s = spark.readStream.schema(spark.read.parquet(str(sales)).schema).parquet(str(sdir))
+    joined = c.join(s, c["c_customer_sk"] == s["ss_customer_sk"])
+    out, ckpt = root / "out", root / "checkpoint"
+
+    def run_once() -> float:
+        t0 = time.perf_counter()
+        q = (joined.writeStream.format("parquet").option("checkpointLocation", str(ckpt))
+             .trigger(availableNow=True).start(str(out)))
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"the streaming join failed: {q.exception()}")
+        return time.perf_counter() - t0
+
+    res: dict[str, Any] = {"s": run_once()}
+    res["digest"] = digest_parquet(_parquet_files(out), weighted=False)
+    micro: dict[str, Any] = {"empty_s": run_once()}
+    extra = root / "extra.parquet"
+    pq.write_table(_new_sales(sales, micro_rows), extra)
+    shutil.copy(extra, sdir / "part-1.parquet")
+    micro["small_s"] = run_once()
+    micro["rows"] = micro_rows
+    micro["digest"] = digest_parquet(_parquet_files(out), weighted=False)
+    micro["want"] = reference(customer, sales, [extra])
+    micro["ok"] = micro["digest"] == micro["want"]
+    res["micro"] = micro
+    shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def _new_sales(sales: Path, n: int) -> pa.Table:
+    """``n`` sales rows with fresh ticket numbers (new rows of existing customers)."""
+    t = pq.read_table(sales).slice(0, n)
+    i = t.schema.get_field_index("ss_ticket_number")
+    return t.set_column(i, t.schema.field(i),
+                        pa.array(range(10**9, 10**9 + t.num_rows), t.schema.field(i).type))
+
+
+def _micro_batches(spark: SparkSession, root: Path, sales: Path, n: int,
+                   writer: Any) -> dict[str, Any]:
+    """An empty micro-batch, then one of ``n`` new sales, through a foreachBatch sink."""
+    shutil.rmtree(root, ignore_errors=True)
+    sdir = root / "in"
+    sdir.mkdir(parents=True)
+    first = _new_sales(sales, 1).append_column("_weight", pa.array([1], pa.int64()))
+    pq.write_table(first, sdir / "part-0.parquet")
+    stream = spark.readStream.schema(spark.read.parquet(str(sdir)).schema).parquet(str(sdir))
+    ckpt = root / "checkpoint"
+
+    def run_once() -> float:
+        t0 = time.perf_counter()
+        q = writer(stream, ckpt).trigger(availableNow=True).start()
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"the foreachBatch stream failed: {q.exception()}")
+        return time.perf_counter() - t0
+
+    run_once()  # the first file: one row, sets up the stream
+    out: dict[str, Any] = {"empty_s": run_once()}
+    more = _new_sales(sales, n + 1).slice(1)
+    pq.write_table(more.append_column("_weight", pa.array([1] * more.num_rows, pa.int64())),
+                   sdir / "part-1.parquet")
+    out["small_s"] = run_once()
+    out["rows"] = more.num_rows
+    return out
+
+
+# ---- driver --------------------------------------------------------------------------
+
+
+def run(sf: float = 1.0, *, shards: int = 2, cores: int = 2, strategy: str = "auto",
+        micro_rows: int = 600, out: Path | None = None, workdir: Path | None = None,
+        skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run every way that is not in ``skip``; figures and checks as a dict."""
+    import spark_io
+
+    paths = tpcds.tables(sf, ["customer", "store_sales"],
+                         {"customer": CUSTOMER_COLUMNS, "store_sales": SALES_COLUMNS})
+    customer, sales = paths["customer"], paths["store_sales"]
+    want = reference(customer, sales)
+    res: dict[str, Any] = {"suite": "sparkjoin", "sf": sf, "shards": shards, "cores": cores,
+                           "strategy": strategy, "want": want,
+                           "rows_in": pq.read_metadata(customer).num_rows
+                           + pq.read_metadata(sales).num_rows,
+                           "load_average_start": list(os.getloadavg())}
+    work = Path(workdir or tempfile.mkdtemp(prefix="joinstate-sparkjoin-"))
+    try:
+        if "inproc" not in skip:
+            r = in_process(work, customer, sales, strategy)
+            r["ok"] = r["digest"] == want
+            res["in_process"] = r
+        t0 = time.perf_counter()
+        spark = spark_io.local_session("joinstate-sparkjoin", cores, conf={
+            "spark.sql.shuffle.partitions": str(shards),
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER})
+        res["spark_start_s"] = time.perf_counter() - t0
+        if "sparkjoin" not in skip:
+            r = spark_join(spark, work, customer, sales, strategy, shards, micro_rows)
+            r["ok"] = r["digest"] == want
+            res["spark_join"] = r
+        if "sss" not in skip:
+            r = structured_streaming(spark, work, customer, sales, micro_rows)
+            r["ok"] = r["digest"] == want and r["micro"]["ok"]
+            res["structured_streaming"] = r
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    res["load_average_end"] = list(os.getloadavg())
+    res["ok"] = all(res[k]["ok"] for k in ("in_process", "spark_join", "structured_streaming")
+                    if k in res)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sparkjoin.json").write_text(json.dumps(res, indent=1, default=str))
+        (out / "sparkjoin.md").write_text(to_markdown(res) + "\n")
+    return res
+
+
+def to_markdown(res: dict[str, Any]) -> str:
+    """The side-by-side table."""
+    rows_in = res["rows_in"]
+    base = res.get("in_process", {}).get("s")
+    lines = [f"# customer ⋈ store_sales at SF{res['sf']:g}: in-process, SparkJoin, "
+             "Spark Structured Streaming", "",
+             f"{rows_in:,} rows in, {res['want'][0]:,} out; local[{res['cores']}], "
+             f"{res['shards']} shards; load average {res['load_average_start'][0]:.1f} at "
+             "the start.", "",
+             "| how | wall s | rows/s | vs in-process | checked against DuckDB |",
+             "|---|---|---|---|---|"]
+    for key, label in (("in_process", "in-process, one writer"),
+                       ("spark_join", f"SparkJoin.populate, {res['shards']} shards"),
+                       ("structured_streaming", "Spark Structured Streaming join (RocksDB)")):
+        r = res.get(key)
+        if r is None:
+            continue
+        rel = f"{r['s'] / base:.2f}x" if base else "-"
+        lines.append(f"| {label} | {r['s']:.1f} | {rows_in / r['s']:,.0f} | {rel} | "
+                     f"{'yes' if r['ok'] else 'NO'} |")
+    sj, ss = res.get("spark_join"), res.get("structured_streaming")
+    if sj and ss:
+        lines += ["", f"SparkJoin is {ss['s'] / sj['s']:.1f}x faster than Spark's own join.", "",
+                  "| micro-batch | SparkJoin foreachBatch s | Structured Streaming s |",
+                  "|---|---|---|",
+                  f"| empty | {sj['micro']['empty_s']:.2f} | {ss['micro']['empty_s']:.2f} |",
+                  f"| {sj['micro']['rows']} new sales | {sj['micro']['small_s']:.2f} | "
+                  f"{ss['micro']['small_s']:.2f} |"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``python -m bench sparkjoin [--sf 1] [--shards 2] ...``."""
+    ap = argparse.ArgumentParser(prog="python -m bench sparkjoin", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sf", type=float, default=1.0)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--strategy", default="auto")
+    ap.add_argument("--micro-rows", type=int, default=600)
+    ap.add_argument("--skip", default="", help="comma list of inproc,sparkjoin,sss")
+    ap.add_argument("--out", type=Path, default=Path("bench-results"))
+    ap.add_argument("--workdir", type=Path, default=None)
+    a = ap.parse_args(argv)
+    res = run(a.sf, shards=a.shards, cores=a.cores, strategy=a.strategy,
+              micro_rows=a.micro_rows, out=a.out, workdir=a.workdir,
+              skip=tuple(s for s in a.skip.split(",") if s))
+    print(to_markdown(res))
+    print(f"\nreport: {a.out / 'sparkjoin.md'}")
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
