@@ -17,6 +17,9 @@ SUITES = {
     "q4spark": ("bench.q4spark", "TPC-DS q4 on local Spark (SparkPipeline), checked by DuckDB"),
     "live": ("bench.live", "live-phase batches on TPC-DS customer x store_sales vs DuckDB"),
     "q4": ("bench.q4", "TPC-DS query 4 as a live pipeline: timed change batches vs DuckDB"),
+    "sparkjoin": ("bench.spark_tpcds", "TPC-DS customer x store_sales: in-process vs SparkJoin "
+                  "vs Spark Structured Streaming's own join"),
+    "recompute": ("bench.recompute", "incremental apply vs recompute per change batch, the rule"),
 }
 
 

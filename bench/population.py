@@ -13,7 +13,9 @@ Every strategy runs in the same process on the same data, each in a fresh direct
 speedups are over ``symmetric`` with the same order, measured in the same run.  After
 ``populate`` returns, the benchmark also waits for RocksDB's background compactions to
 finish (``settle``), because deferring compaction is not the same as avoiding it.
-Results: ``bench-results/population-<stamp>.json`` and ``.md``.
+When ``auto`` runs, each data set also gets a table of ``auto`` (the planner) against
+the fixed strategies per order, with what it picked and why, and the plan it ran
+(``plan.explain()``).  Results: ``bench-results/population-<stamp>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -148,6 +150,63 @@ def strategies_table(rows: list[dict[str, Any]]) -> str:
             f"{r['peak_rss'] / MIB:,.0f} | {'yes' if r['correct'] else 'NO'} |"
         )
     return "\n".join(out)
+
+
+def _strategy_reason(r: dict[str, Any]) -> str:
+    """The planner's reason for the strategy it ran (from the report's plan)."""
+    for d in r.get("plan", {}).get("decisions", []):
+        if d["topic"] == "strategy":
+            return str(d["reason"])
+    return str(r.get("reason", ""))
+
+
+def auto_table(rows: list[dict[str, Any]]) -> str:
+    """``auto`` against the fixed strategies, per order: rows/s, what it picked and why.
+
+    ``auto`` passes when it is within 10% of the best fixed strategy's rows/s and not
+    below the worst one's (populate's wall time; the settle time is in the main table).
+    A strategy listed more than once in ``--strategies`` counts with its best run (on a
+    shared machine, the best of a few runs is the least disturbed one).  ``auto`` runs
+    exactly the preset it picks, so "pick / best fixed" (the picked preset's own fixed
+    runs against the best) judges the decision apart from run-to-run noise.
+    """
+    fixed_names = list(dict.fromkeys(r["label"] for r in rows if r["label"] != "auto"))
+    out = ["| order | " + " | ".join(f"{n} rows/s" for n in fixed_names)
+           + " | auto rows/s | auto picked | auto / best fixed | auto / worst fixed | ok "
+           "| pick / best fixed | why (the planner's reason) |",
+           "|" + "---|" * (len(fixed_names) + 8)]
+    for order in dict.fromkeys(r["order"] for r in rows):
+        mine = [r for r in rows if r["order"] == order]
+        fixed: dict[str, float] = {}
+        for r in mine:
+            if r["label"] != "auto":
+                fixed[r["label"]] = max(fixed.get(r["label"], 0.0), r["rows_per_second"])
+        autos = [r for r in mine if r["label"] == "auto"]
+        if autos:
+            a = max(autos, key=lambda r: r["rows_per_second"])
+            rate = a["rows_per_second"]
+            best, worst = max(fixed.values(), default=0), min(fixed.values(), default=0)
+            ok = bool(fixed) and rate >= 0.9 * best and rate >= worst
+            runs = f" (best of {len(autos)})" if len(autos) > 1 else ""
+            pick = fixed.get(a["strategy"]["name"])
+            pick_text = f"{pick / best:.2f}x" if pick and best else "-"
+            out.append(
+                f"| {order} | " + " | ".join(f"{fixed.get(n, float('nan')):,.0f}"
+                                             for n in fixed_names)
+                + f" | {rate:,.0f}{runs} | {a['strategy']['name']} | "
+                f"{rate / best if best else float('nan'):.2f}x | "
+                f"{rate / worst if worst else float('nan'):.2f}x | "
+                f"{'yes' if ok else 'NO'} | {pick_text} | {_strategy_reason(a)} |")
+    return "\n".join(out)
+
+
+def auto_explain(rows: list[dict[str, Any]]) -> list[str]:
+    """The plan of the first ``auto`` run, as markdown (a fenced block)."""
+    for r in rows:
+        if r["label"] == "auto" and r.get("explain"):
+            return [f"plan of the `auto` run ({r['order']}):", "", "```text", r["explain"],
+                    "```", ""]
+    return []
 
 
 def run_parallel(workdir: Path, strategy: str, order: str, n_small: int, n_big: int,
@@ -307,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
             procs += f", big side unique on {BIG_UNIQUE_KEY}" if args.big_unique else ""
             md += [f"## data set {s}: {n_small:,} customers x {n_big:,} sales{procs}", "",
                    strategies_table(rows), ""]
+            if any(r["label"] == "auto" for r in rows):
+                md += ["### `auto` (the planner) against the fixed strategies", "",
+                       auto_table(rows), "", *auto_explain(rows)]
         elif s == 3:
             rows = [memtable_one(work, m, args.memtable_small, args.memtable_big, args.lookups)
                     for m in MEMTABLES]

@@ -730,12 +730,19 @@ def populate_pipeline(p: joinstate.Pipeline, tables: Mapping[str, pa.Table], *,
     return {"s": report.seconds, "chunk_rows": chunk_rows, "strategy": report.strategy,
             "rows_per_s": report.rows_per_second, "sources": per,
             "operators": report.operators, "actions": len(report.actions),
-            "peak_rss_bytes": report.peak_rss_bytes}
+            "peak_rss_bytes": report.peak_rss_bytes,
+            "plan": report.plan, "explain": report.explain,
+            # for bench/report.py's population timelines
+            "samples": report.samples, "compaction_actions": report.actions}
 
 
 def population_strategies(tables: Mapping[str, pa.Table], strategies: Sequence[str],
                           workdir: Path, *, chunk_rows: int = 200_000) -> list[dict[str, Any]]:
-    """Population of the whole q4 pipeline per strategy (fresh store each), rows/s."""
+    """Population of the whole q4 pipeline per strategy (fresh store each), rows/s.
+
+    Each result keeps the plan the population ran (``plan``, ``explain``): for ``auto``,
+    what the planner picked and why (:func:`auto_vs_fixed` compares it with the rest).
+    """
     out = []
     for strategy in strategies:
         path = workdir / f"pop-{strategy}"
@@ -1012,6 +1019,10 @@ def to_markdown(res: dict[str, Any]) -> str:
                    f"{n} {v['s']:.1f} s" for n, v in pop["sources"].items())
                + f"); {len(p['column_families'])} column families; "
                f"{_mb(p['state_bytes_closed'])} on disk after close", ""]
+        if pop.get("explain"):
+            md += ["<details><summary>the population's plan (strategy "
+                   f"{pop['strategy']})</summary>", "", "```text", pop["explain"], "```", "",
+                   "</details>", ""]
         if "qualify" in p:
             qf = p["qualify"]
             md += [f"qualifying sales for {qf['customers']} customers: {qf['ms']:.1f} ms; the "
@@ -1040,6 +1051,7 @@ def to_markdown(res: dict[str, Any]) -> str:
         md.append("")
     if res.get("population_strategies"):
         pops = res["population_strategies"]
+        md += auto_vs_fixed(pops)
         best = max(x["rows_per_s"] for x in pops if not x["strategy"].startswith("auto"))\
             if any(not x["strategy"].startswith("auto") for x in pops) else None
         md += ["## population of the whole pipeline per strategy", "",
@@ -1065,6 +1077,42 @@ def to_markdown(res: dict[str, Any]) -> str:
                       f"{_mb(p['state_bytes_closed'])} | {p['population']['s']:.1f} | {cu} |")
         md.append("")
     return "\n".join(md)
+
+
+def auto_vs_fixed(pops: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown: ``auto`` (the planner) against the fixed population strategies.
+
+    ``auto`` passes when its rows/s are within 10% of the best fixed strategy's and not
+    below the worst's; "pick / best fixed" compares the picked strategy's own fixed run
+    with the best (the decision, apart from run-to-run noise).  Ends with the plan of
+    the ``auto`` run.
+    """
+    fixed = {x["strategy"]: x["rows_per_s"] for x in pops
+             if not str(x["strategy"]).startswith("auto")}
+    autos = [x for x in pops if str(x["strategy"]).startswith("auto")]
+    if not fixed or not autos:
+        return []
+    best, worst = max(fixed.values()), min(fixed.values())
+    md = ["## population: `auto` against the fixed strategies", "",
+          "| " + " | ".join(f"{n} rows/s" for n in fixed) + " | auto rows/s | auto picked "
+          "| auto / best fixed | auto / worst fixed | ok | pick / best fixed "
+          "| why (the planner's reason) |",
+          "|" + "---|" * (len(fixed) + 7)]
+    for a in autos:
+        why = next((d["reason"] for d in a.get("plan", {}).get("decisions", [])
+                    if d["topic"] == "strategy" and d["subject"] == a["plan"]["name"]), "")
+        rate = a["rows_per_s"]
+        ok = rate >= 0.9 * best and rate >= worst
+        picked = str(a["strategy"]).removeprefix("auto->")
+        pick = f"{fixed[picked] / best:.2f}x" if picked in fixed else "-"
+        md.append("| " + " | ".join(f"{v:,.0f}" for v in fixed.values())
+                  + f" | {rate:,.0f} | {picked} | {rate / best:.2f}x | {rate / worst:.2f}x | "
+                  f"{'yes' if ok else 'NO'} | {pick} | {why} |")
+    md.append("")
+    if autos[0].get("explain"):
+        md += ["plan of the `auto` population:", "", "```text", autos[0]["explain"], "```",
+               ""]
+    return md
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,10 +12,15 @@ Importing this package never imports pyspark.
 
 from joinstate.batch import PreparedBatch
 from joinstate.changes import from_changes, to_changes
+from joinstate.checkpoint import CheckpointInfo
 from joinstate.db import Database
 from joinstate.errors import (
     BulkWriteRefused,
+    CheckpointCorruptedError,
+    CheckpointIOError,
+    CheckpointNotFoundError,
     CommitConflictError,
+    ExpressionError,
     JoinSpecMismatchError,
     JoinStateError,
     NotAStateStoreError,
@@ -44,7 +49,12 @@ __all__ = [
     "WEIGHT",
     "BulkSink",
     "BulkWriteRefused",
+    "CheckpointCorruptedError",
+    "CheckpointIOError",
+    "CheckpointInfo",
+    "CheckpointNotFoundError",
     "CommitConflictError",
+    "ExpressionError",
     "Database",
     "How",
     "IndexInfo",

@@ -224,13 +224,16 @@ class Index:
         """Every stored entry with a non-NULL key (bag entries unconsolidated)."""
         return self.layout.scan()
 
-    def state(self) -> tuple[pa.Table, np.ndarray]:
-        """The consolidated content of the index, NULL-key rows included."""
+    def scan_all(self) -> tuple[pa.Table, np.ndarray, Bytes]:
+        """Every stored entry, NULL-key rows included, unconsolidated: rows, weights, encodings."""
         rows_a, w_a, enc_a = self.layout.scan()
         rows_b, w_b, enc_b = self.nulls.scan()
-        rows = pa.concat_tables([rows_a, rows_b])
-        w = np.concatenate([w_a, w_b])
-        enc = Bytes.concat([enc_a, enc_b])
+        return (pa.concat_tables([rows_a, rows_b]), np.concatenate([w_a, w_b]),
+                Bytes.concat([enc_a, enc_b]))
+
+    def state(self) -> tuple[pa.Table, np.ndarray]:
+        """The consolidated content of the index, NULL-key rows included."""
+        rows, w, enc = self.scan_all()
         idx, sums = consolidate(row_hash(enc), enc, w, f"{self.label} side state weight")
         return rows.take(pa.array(idx)), sums
 

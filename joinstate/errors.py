@@ -10,7 +10,11 @@ from __future__ import annotations
 
 __all__ = [
     "BulkWriteRefused",
+    "CheckpointCorruptedError",
+    "CheckpointIOError",
+    "CheckpointNotFoundError",
     "CommitConflictError",
+    "ExpressionError",
     "JoinSpecMismatchError",
     "JoinStateError",
     "NotAStateStoreError",
@@ -37,6 +41,14 @@ class OptionsError(JoinStateError, ValueError):
 
 class SchemaMismatchError(JoinStateError, ValueError):
     """A delta or a join spec does not fit the declared schema; the message names the column."""
+
+
+class ExpressionError(JoinStateError, ValueError):
+    """An operator's expression failed on the pushed rows; nothing of the push was applied.
+
+    Integer overflow, a failed cast, a division Arrow refuses.  The message names the
+    operator and its expressions.
+    """
 
 
 class JoinSpecMismatchError(JoinStateError, ValueError):
@@ -103,4 +115,29 @@ class BulkWriteRefused(JoinStateError, RuntimeError):
     Retractions, degree updates and unique keys that may already be stored are checked
     by reading RocksDB, which cannot see writes still pending in a sink.  Nothing was
     written; make pending writes visible (ingest them), then apply without the sink.
+    """
+
+
+class CheckpointNotFoundError(JoinStateError, FileNotFoundError):
+    """No checkpoint (or not the one asked for) exists at the checkpoint location.
+
+    A location holds only checkpoints whose manifest was written completely: files of an
+    upload that never finished are not a checkpoint.  The message lists what exists.
+    """
+
+
+class CheckpointCorruptedError(StateCorruptedError):
+    """A checkpoint's manifest or one of its files does not match what was recorded.
+
+    Raised by a restore, before anything is written to the target directory: a file is
+    missing, has another size, or fails its xxh3-128 checksum, or the manifest itself is
+    damaged.  Nothing is restored from such a checkpoint; restore an older one by id.
+    """
+
+
+class CheckpointIOError(StateIOError):
+    """The checkpoint location could not be read or written (network, credentials, space).
+
+    A checkpoint that fails this way was not taken: the previous one is still the latest
+    and intact, because a checkpoint's manifest is written only after all of its files.
     """

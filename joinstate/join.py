@@ -35,7 +35,7 @@ from joinstate.errors import (
     SchemaMismatchError,
     StateClosedError,
 )
-from joinstate.keys import KeyCodec, key_plan
+from joinstate.keys import KeyCodec, key_plan, single_plan
 from joinstate.names import (
     commit_key,
     commit_prefix,
@@ -210,6 +210,7 @@ class Join:
         self, side: SideName, batch: PreparedBatch, *, commit_id: str | None = None,
         sink: BulkSink | None = None, progress: bytes | None = None,
         before_commit: Callable[[pa.Table], object] | None = None,
+        output: pa.Table | None = None,
     ) -> pa.Table:
         """Apply a prepared batch as one transaction; see :meth:`push`.
 
@@ -222,9 +223,18 @@ class Join:
         ``before_commit`` receives the output after validation and before anything is
         written: a driver that must never lose output delivers it there (if it raises,
         nothing is written).
+
+        ``output``, if given, is the batch's output computed by the caller (e.g. by a
+        hash join against :meth:`scan` snapshots, as ``population.recompute`` does): the
+        join then stages the state change exactly as a push does (same validation,
+        same writes) but does not probe the other side, and records and returns
+        ``output``.  Nothing checks that it is what the join would have computed; it
+        must have the join's :attr:`output_schema` (names and types).
         """
         store = self._require_store()
         s, o = self._sides(side)
+        if output is not None:
+            output = self._conform_output(output)
         if batch.side != side:
             raise SchemaMismatchError(
                 f"the batch was prepared for the {batch.side} side, not the {side} side"
@@ -242,7 +252,13 @@ class Join:
             staged = Staged()
             if batch.rows:
                 staged = s.stage(batch, txn)
-                out = self._output(side, s, o, batch, staged)
+                out = self._output(side, s, o, batch, staged) if output is None else output
+            elif output is not None and output.num_rows:
+                raise SchemaMismatchError(
+                    f"join {self.name!r}: an output of {output.num_rows} rows was given for a "
+                    "batch that consolidates to nothing (its output is empty); nothing was "
+                    "applied"
+                )
             if ckey is not None:
                 txn.record(ckey, _COMMIT_FORMAT + digest + _ipc_write(out))
             if progress is not None:
@@ -259,6 +275,27 @@ class Join:
             if batch.rows:
                 s.after_write(batch)
             return out
+
+    def _conform_output(self, output: pa.Table) -> pa.Table:
+        """``output`` with exactly :attr:`output_schema`, or SchemaMismatchError naming why."""
+        want = self.output_schema
+        if not isinstance(output, pa.Table):
+            raise SchemaMismatchError(
+                f"join {self.name!r}: output must be a pyarrow Table, got "
+                f"{type(output).__name__}"
+            )
+        if output.schema.names != want.names:
+            raise SchemaMismatchError(
+                f"join {self.name!r}: the given output has columns {output.schema.names}, the "
+                f"join outputs {want.names}; build it with the join's output_schema"
+            )
+        for f, g in zip(output.schema, want, strict=True):
+            if not f.type.equals(g.type):
+                raise SchemaMismatchError(
+                    f"join {self.name!r}: output column {f.name!r} is {f.type}, the join "
+                    f"outputs {g.type}; cast it to the join's output_schema"
+                )
+        return pa.Table.from_arrays(output.columns, schema=want)
 
     def _replay(self, commit_id: str, recorded: bytes, side: str, digest: bytes) -> pa.Table:
         if not recorded.startswith(_COMMIT_FORMAT):
@@ -478,6 +515,53 @@ class Join:
         return rows.append_column(pa.field(WEIGHT, pa.int64(), nullable=False),
                                   pa.array(w, pa.int64()))
 
+    def scan(self, side: SideName, batch: PreparedBatch | None = None) -> pa.Table:
+        """Every stored entry of ``side`` as one Arrow table, for whole-table work.
+
+        For callers that compute from snapshots with hash joins and group-bys (e.g.
+        ``population.recompute``) and must compare rows and keys exactly as the join
+        does.  Columns: the side's own; ``_weight``, the entry's multiplicity (on a side
+        without a unique key a row inserted by several batches has one entry per batch:
+        sum ``_weight`` by ``_row`` to consolidate); ``_key``, ``large_binary``
+        canonical join-key bytes, equal on both sides exactly when the keys match
+        (integer widths, ``-0.0`` and NaN folded as the join folds them), null when a
+        key column is NULL (such rows never match); ``_row``, ``large_binary``, the
+        row's canonical encoding, equal exactly when the join takes two rows for one;
+        and, on a side declaring a unique key, ``_unique``, its canonical bytes.
+
+        With ``batch`` (from :meth:`prepare` for ``side``), the batch's consolidated
+        rows instead, in the same form, as :meth:`push` would output them.  One read of
+        every entry of the side (plus its NULL-key rows) under the store's lock.
+        """
+        store = self._require_store()
+        idx = self._sides(side)[0]
+        if batch is not None:
+            if batch.side != side:
+                raise SchemaMismatchError(
+                    f"the batch was prepared for the {batch.side} side, not the {side} side"
+                )
+            rows, w, enc, canon, null = batch.table, batch.w, batch.enc, batch.canon, batch.null
+        else:
+            with store.lock:
+                rows, w, enc = idx.scan_all()
+            canon, null = idx.key_codec.encode(rows)
+        cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+                for c in rows.columns]
+        fields = list(rows.schema)
+        extra: list[tuple[str, pa.DataType, pa.Array]] = [
+            (WEIGHT, pa.int64(), pa.array(w, pa.int64())),
+            ("_key", pa.large_binary(), _binary(canon, null)),
+            ("_row", pa.large_binary(), enc.arrow()),
+        ]
+        uk = idx.side.unique_key
+        if uk:
+            ucanon, unull = KeyCodec(uk, single_plan(idx.schema, uk), side).encode(rows)
+            extra.append(("_unique", pa.large_binary(), _binary(ucanon, unull)))
+        for name, typ, arr in extra:
+            fields.append(pa.field(name, typ, nullable=name != WEIGHT))
+            cols.append(arr)
+        return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
     def stats(self) -> dict[str, Any]:
         """Per-index counters and RocksDB properties.
 
@@ -550,6 +634,51 @@ class Join:
                 out[label] = counted
         return out
 
+    def summary(self, stats: dict[str, Any] | None = None) -> str:
+        """A small readable table of the join, one row per side.
+
+        Per side: layout, rows, entries, distinct keys, bytes (SST files + memtables),
+        L0 files and whether auto-compaction is on.  ``stats``: a :meth:`stats` dict
+        already taken (``stats()`` counts distinct keys by a pass over a side when no
+        counter has them, so a caller holding one passes it instead of paying twice).
+        What ``joinstate inspect`` prints per join.
+        """
+        from joinstate.summary import human_bytes, side_facts
+
+        st = self.stats() if stats is None else stats
+
+        def num(v: object) -> str:
+            return f"{v:,}" if isinstance(v, int) else "?"
+
+        table = [["side", "layout", "rows", "entries", "distinct keys", "bytes", "L0 files",
+                  "auto-compaction"]]
+        for label in ("left", "right"):
+            side = st.get(label)
+            if not isinstance(side, dict):
+                continue
+            f = side_facts(side)
+            rows = num(f["rows"]) + (f" (+{f['null_key_rows']:,} NULL key)"
+                                     if f["null_key_rows"] else "")
+            table.append([label, str(f["layout"]), rows, num(side.get("entries")),
+                          num(f["distinct_keys"]), human_bytes(f["bytes"]),
+                          num(f["l0_files"]), str(f["auto_compaction"])])
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        left_aligned = {0, 1, len(widths) - 1}
+        lines = [f"join {st.get('join', self.name)} ({st.get('how', self.how)}, phase "
+                 f"{st.get('phase', '?')})"]
+        lines += ["  " + "  ".join(c.ljust(w) if i in left_aligned else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                                   ).rstrip() for r in table]
+        act = st.get("rocksdb_activity") or {}
+        if any(act.values()):
+            lines.append(
+                f"  RocksDB since open: compaction {human_bytes(act.get('compaction_read_bytes'))}"
+                f" read, {human_bytes(act.get('compaction_write_bytes'))} written; flush "
+                f"{human_bytes(act.get('flush_write_bytes'))}; WAL "
+                f"{human_bytes(act.get('wal_bytes'))}; stalls "
+                f"{act.get('stall_micros', 0) / 1e6:.2f} s")
+        return "\n".join(lines)
+
 
 _PROPERTIES = (
     "num-files-at-level0", "num-files-at-level1", "estimate-num-keys", "total-sst-files-size",
@@ -594,6 +723,16 @@ def _ipc_write(table: pa.Table) -> bytes:
 
 def _ipc_read(raw: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+
+
+def _binary(values: Bytes, null: np.ndarray) -> pa.Array:
+    """``values`` as a ``large_binary`` Arrow array, null where ``null`` is set."""
+    if not null.any():
+        return values.arrow()
+    validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
+    return pa.Array.from_buffers(pa.large_binary(), len(values), [
+        validity, pa.py_buffer(np.ascontiguousarray(values.offsets, np.int64)),
+        pa.py_buffer(values.data)])
 
 
 def _take(table: pa.Table, idx: np.ndarray) -> pa.Table:

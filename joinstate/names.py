@@ -12,8 +12,9 @@ Column families of one index ``<cf>``:
 * ``<cf>.deg``    per-key total weight, for sides whose degree an outer/semi/anti join needs
 
 ``__meta__`` holds bookkeeping only, never data; its keys are ``<kind>\x00<parts>``:
-the layout version, one catalog entry per join, each join's phase, commit records, and
-per-column-family counters (big-endian int64, updated in the same write as the data).
+the layout version, one catalog entry per join, each join's phase, commit records,
+per-column-family counters (big-endian int64, updated in the same write as the data),
+and the measured costs of applying change batches (the planner's history).
 
 Column families of one group-by aggregation ``<base>`` (:mod:`joinstate.aggregate`):
 
@@ -38,6 +39,8 @@ __all__ = [
     "META_CF",
     "aggregate_cf",
     "aggregate_values_cf",
+    "batch_cost_key",
+    "batch_cost_prefix",
     "commit_key",
     "commit_prefix",
     "counter_key",
@@ -53,6 +56,8 @@ __all__ = [
     "phase_key",
     "pipeline_owner",
     "pipeline_spec_key",
+    "planner_history_key",
+    "planner_history_prefix",
     "progress_key",
     "progress_prefix",
     "source_of_join_side",
@@ -184,6 +189,36 @@ def progress_key(join: str, side: str) -> bytes:
 def progress_prefix(join: str) -> bytes:
     """Prefix of every progress marker of join ``join``."""
     return b"progress\x00" + join.encode() + b"\x00"
+
+
+def planner_history_prefix() -> bytes:
+    """Prefix of every record of what earlier runs measured (owned by the planner)."""
+    return b"planner\x00"
+
+
+def planner_history_key(subject: str) -> bytes:
+    """What earlier runs measured for ``subject`` (a join or a pipeline), as JSON.
+
+    Bookkeeping, not data: the planner reads it to prefer what was measured over its
+    static estimates.
+    """
+    return planner_history_prefix() + subject.encode()
+
+
+def batch_cost_prefix(owner: str) -> bytes:
+    """Prefix of every batch-cost record of ``owner`` (a join, or a pipeline's owner name)."""
+    return b"cost\x00" + owner.encode() + b"\x00"
+
+
+def batch_cost_key(owner: str, input_name: str, strategy: str) -> bytes:
+    """Measured costs of applying change batches to one input of ``owner`` one way.
+
+    ``input_name`` is a join side (``left``/``right``) or a pipeline source; ``strategy``
+    the way the batches were applied (``incremental``/``recompute``).  Written by the
+    executor after each batch, read by the planner's batch rule; a hint, never needed
+    for correctness (a missing record means built-in defaults).
+    """
+    return batch_cost_prefix(owner) + input_name.encode() + b"\x00" + strategy.encode()
 
 
 INGEST_INTENT_PREFIX = b"ingest\x00"

@@ -39,6 +39,7 @@ How it is maintained:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -71,6 +72,7 @@ from joinstate.aggregate import AggSpec, GroupState
 from joinstate.codec import RowCodec
 from joinstate.errors import (
     CommitConflictError,
+    ExpressionError,
     JoinSpecMismatchError,
     SchemaMismatchError,
     StateClosedError,
@@ -91,7 +93,7 @@ from joinstate.side import Side
 from joinstate.transaction import Transaction
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from joinstate.side import SideName
     from joinstate.store import StateStore
@@ -379,6 +381,11 @@ class IndexPlan:
     guards: list[tuple[pc.Expression, list[str]]] = field(default_factory=list)
     """Columns kept only on rows some reader of theirs passes: (that OR, columns)."""
 
+    @property
+    def index_name(self) -> str:
+        """The index's column family (or its stream and key before it is opened)."""
+        return self.index.cf if self.index is not None else f"{self.base.label}{list(self.key)}"
+
     def settle_predicate(self) -> None:
         """Keep only rows some reader can pass: when every reader filters, OR them.
 
@@ -527,7 +534,7 @@ class _Materialized:
 
     node: Node
     count: str
-    order_by: tuple[tuple[str, str], ...]
+    order_by: tuple[tuple[str, str, str], ...]
     limit: int | None
 
     def spec(self) -> dict[str, Any]:
@@ -536,7 +543,7 @@ class _Materialized:
 
 
 def _check_order(name: str, schema: pa.Schema, order_by: object
-                 ) -> tuple[tuple[str, str], ...]:
+                 ) -> tuple[tuple[str, str, str], ...]:
     if order_by is None:
         return ()
     if isinstance(order_by, str | bytes) or not isinstance(order_by, abc.Sequence):
@@ -546,25 +553,32 @@ def _check_order(name: str, schema: pa.Schema, order_by: object
         )
     out = []
     for item in order_by:
-        if (not isinstance(item, tuple | list) or len(item) != 2
-                or item[1] not in ("ascending", "descending")):
+        if (not isinstance(item, tuple | list) or len(item) not in (2, 3)
+                or item[1] not in ("ascending", "descending")
+                or (len(item) == 3 and item[2] not in ("at_start", "at_end"))):
             raise SchemaMismatchError(
                 f"output {name!r}: order_by item {item!r} must be (column, 'ascending' | "
-                "'descending')"
+                "'descending'[, 'at_start' | 'at_end' for where NULLs go])"
             )
         if item[0] not in schema.names:
             raise SchemaMismatchError(f"output {name!r}: order_by column {item[0]!r} is not "
                                       f"a column of the output ({schema.names})")
-        out.append((str(item[0]), str(item[1])))
+        out.append((str(item[0]), str(item[1]), str(item[2]) if len(item) == 3 else "at_end"))
     return tuple(out)
 
 
-def _sort_indices(rows: pa.Table, order_by: tuple[tuple[str, str], ...]) -> pa.Array:
-    """Sort order with NULLs last for every key (per-key placement where pyarrow has it)."""
+def _sort_indices(rows: pa.Table, order_by: tuple[tuple[str, str, str], ...]) -> pa.Array:
+    """Sort order with each key's NULL placement (pyarrow >= 25 places NULLs per key)."""
     try:
-        return pc.sort_indices(rows, sort_keys=[(c, o, "at_end") for c, o in order_by])
-    except (TypeError, ValueError):  # pyarrow < 25: one placement for all keys
-        return pc.sort_indices(rows, sort_keys=list(order_by), null_placement="at_end")
+        return pc.sort_indices(rows, sort_keys=list(order_by))
+    except (TypeError, ValueError):  # older pyarrow: one placement for all keys
+        places = {p for _, _, p in order_by}
+        if len(places) > 1:
+            msg = ("order_by mixes NULLS FIRST and NULLS LAST keys, which needs pyarrow >= 25 "
+                   f"(this is {pa.__version__}); upgrade pyarrow")
+            raise SchemaMismatchError(msg) from None
+        return pc.sort_indices(rows, sort_keys=[(c, o) for c, o, _ in order_by],
+                               null_placement=places.pop())
 
 
 class Pipeline:
@@ -686,9 +700,10 @@ class Pipeline:
 
         ``materialize=True`` also keeps the output's current contents in the store (a
         count per distinct row, in a group-by state), so that :meth:`read` can return
-        them; ``order_by`` (``[(column, "ascending" | "descending")]``) and ``limit``
-        are applied when it is read (a top-N is evaluated over the maintained result,
-        not maintained itself: a retraction could otherwise need rows beyond the N).
+        them; ``order_by`` (``[(column, "ascending" | "descending"[, "at_start" |
+        "at_end"])]``, NULLs last unless said) and ``limit`` are applied when it is read
+        (a top-N is evaluated over the maintained result, not maintained itself: a
+        retraction could otherwise need rows beyond the N).
         """
         validate_name("output", name)
         if not isinstance(stream, Stream) or stream.pipeline is not self:
@@ -1211,7 +1226,8 @@ class Pipeline:
         staged: set[int] = set()
         for ip in self._indexes:
             if ip.base.id == src.id and src.id in deltas:
-                self._stage_index(ip, deltas[src.id], txn)
+                with self._expression_errors(f"the filter of index {ip.index_name}", src):
+                    self._stage_index(ip, deltas[src.id], txn)
                 staged.add(id(ip))
         for node in self._nodes:
             if node.id not in reach or node.id == src.id or node.id not in self._cols:
@@ -1219,7 +1235,8 @@ class Pipeline:
             ins = [deltas.get(i.id) for i in node.inputs]
             if all(d is None for d in ins):
                 continue
-            out = self._compute(node, ins, txn)
+            with self._expression_errors(f"operator {node.label} {node.params()}", src):
+                out = self._compute(node, ins, txn)
             if out is not None and len(out[1]):
                 deltas[node.id] = out
                 produced = int(np.abs(out[1]).sum())
@@ -1227,12 +1244,24 @@ class Pipeline:
         for ip in self._indexes:
             d = deltas.get(ip.base.id)
             if d is not None and id(ip) not in staged:
-                self._stage_index(ip, d, txn)
+                with self._expression_errors(f"the filter of index {ip.index_name}", src):
+                    self._stage_index(ip, d, txn)
         outs: dict[str, pa.Table] = {}
         for name, node in self._outputs.items():
             d = deltas.get(node.id)
             outs[name] = self._consolidated(node, d)
         return outs
+
+    @contextlib.contextmanager
+    def _expression_errors(self, what: str, src: SourceNode) -> Iterator[None]:
+        """Arrow's errors from evaluating an expression on pushed rows, named."""
+        try:
+            yield
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise ExpressionError(
+                f"pipeline {self.name!r}, {what}: an expression failed on the rows of this "
+                f"push to {src.name!r}: {exc}; nothing was applied (widen the types or guard "
+                "the expression, e.g. with if_else / CASE)") from exc
 
     def _stage_index(self, ip: IndexPlan, d: Delta, txn: Transaction) -> None:
         idx = ip.index
@@ -1509,6 +1538,154 @@ class Pipeline:
         if not len(wo):
             return None
         return out.select(self._cols[node.id]).cast(self._rt[node.id]), wo
+
+    # ---- summaries: read from the store alone, no definition needed -----------------------
+
+    @staticmethod
+    def stored_names(store: StateStore) -> list[str]:
+        """Names of the pipelines whose definitions ``store`` holds, sorted."""
+        prefix = pipeline_spec_key("")
+        return sorted(k[len(prefix):].decode() for k in store.meta_keys(prefix))
+
+    @staticmethod
+    def describe(store: StateStore, name: str) -> dict[str, Any]:
+        """What ``store`` holds of pipeline ``name``, from its metadata and column families.
+
+        Needs no Python definition (a tool inspecting a state directory has none):
+        sources (name, unique key, columns), outputs, operators per kind, phase,
+        population progress markers and recorded commit ids from ``__meta__``; per index
+        (``ix.<pipeline>~<stream>[<key>]`` with its ``.nulls`` family) and per aggregate
+        (``agg[<pipeline>~<operator>]`` with ``.minmax``) the row/entry counters,
+        bytes (SST files + memtables), L0 files and auto-compaction, from RocksDB.
+        Raises :class:`~joinstate.errors.JoinSpecMismatchError` if there is no such
+        pipeline.
+        """
+        from joinstate.activity import auto_compaction_flags
+        from joinstate.names import commit_prefix
+        from joinstate.summary import auto_compaction
+
+        raw = store.meta_get(pipeline_spec_key(name))
+        if raw is None:
+            raise JoinSpecMismatchError(
+                f"pipeline {name!r} does not exist in {store.path} (pipelines there: "
+                f"{Pipeline.stored_names(store)})"
+            )
+        spec = json.loads(raw)
+        nodes = spec.get("nodes", [])
+        sources = [{"name": n.get("name"), "unique_key": n.get("unique_key"),
+                    "columns": n.get("columns", [])} for n in nodes if n.get("kind") == "source"]
+        kinds: dict[str, int] = {}
+        for n in nodes:
+            kinds[n.get("kind", "?")] = kinds.get(n.get("kind", "?"), 0) + 1
+        owner = pipeline_owner(name)
+        progress: dict[str, Any] = {}
+        for s in sources:
+            marker = store.meta_get(progress_key(owner, str(s["name"])))
+            if marker is not None:
+                try:
+                    progress[str(s["name"])] = json.loads(marker)
+                except ValueError:
+                    progress[str(s["name"])] = {"raw": marker.decode("utf-8", "replace")}
+        flags = auto_compaction_flags(store.path)
+
+        def facts(cfs: list[str]) -> dict[str, Any]:
+            props = {cf: {"num-files-at-level0": store.property_int(
+                cf, "rocksdb.num-files-at-level0"),
+                "auto_compaction_disabled": flags.get(cf)} for cf in cfs}
+            size = sum((store.property_int(cf, "rocksdb.total-sst-files-size") or 0)
+                       + (store.property_int(cf, "rocksdb.cur-size-all-mem-tables") or 0)
+                       for cf in cfs)
+            l0 = [p["num-files-at-level0"] for p in props.values()]
+            return {"bytes": size,
+                    "l0_files": sum(n for n in l0 if n is not None)
+                    if any(n is not None for n in l0) else None,
+                    "auto_compaction": auto_compaction(props)}
+
+        families = store.column_families()
+        ix_prefix, agg_prefix = f"ix.{name}~", f"agg[{name}~"
+        indexes, aggregates = [], []
+        for cf in families:
+            if cf.startswith(ix_prefix) and cf.endswith("]"):
+                label, key = cf[len(ix_prefix):-1].split("[", 1)
+                stream, _, reader = label.partition("~")
+                parts = [cf] + [c for c in (cf + ".nulls", cf + ".deg") if c in families]
+                indexes.append({
+                    "column_family": cf, "stream": stream, "reader": reader or None,
+                    "key": key.split(","), "rows": store.counter(cf, "rows"),
+                    "entries": store.counter(cf, "entries"),
+                    "null_key_rows": store.counter(cf + ".nulls", "rows"), **facts(parts)})
+            elif cf.startswith(agg_prefix) and cf.endswith("]"):
+                parts = [cf] + [c for c in (cf + ".minmax",) if c in families]
+                aggregates.append({"column_family": cf,
+                                   "operator": cf[len(agg_prefix):-1],
+                                   "groups": store.counter(cf, "entries"), **facts(parts)})
+        phase = store.meta_get(phase_key(owner))
+        return {
+            "name": name, "phase": "live" if phase == b"live" else "population",
+            "share_indexes": spec.get("share_indexes"), "sources": sources,
+            "outputs": list(spec.get("outputs", {})),
+            "materialized": list(spec.get("materialized", {})), "operators": kinds,
+            "indexes": indexes, "aggregates": aggregates, "population_progress": progress,
+            "commit_ids": len(store.meta_keys(commit_prefix(owner))),
+        }
+
+    @staticmethod
+    def summary_of(facts: dict[str, Any]) -> str:
+        """:meth:`describe`'s dict as a few lines and a small table (see :meth:`summary`)."""
+        from joinstate.summary import human_bytes
+
+        def num(v: object) -> str:
+            return f"{v:,}" if isinstance(v, int) else "?"
+
+        shared = facts.get("share_indexes")
+        sharing = "?" if shared is None else "shared" if shared else "one per operator input"
+        lines = [
+            f"pipeline {facts['name']} (phase {facts['phase']}, indexes {sharing})",
+            "  sources: " + ", ".join(
+                str(s["name"]) + (f" (unique {','.join(s['unique_key'])})"
+                                  if s.get("unique_key") else "")
+                for s in facts["sources"]),
+            "  outputs: " + ", ".join(
+                o + (" (materialized)" if o in facts.get("materialized", []) else "")
+                for o in facts["outputs"]),
+        ]
+        table = [["state", "rows", "entries", "bytes", "L0 files", "auto-compaction"]]
+        for ix in facts["indexes"]:
+            what = f"index {ix['stream']}" + (f"~{ix['reader']}" if ix.get("reader") else "")
+            rows = num(ix["rows"]) + (f" (+{ix['null_key_rows']:,} NULL key)"
+                                      if ix.get("null_key_rows") else "")
+            table.append([f"{what} [{','.join(ix['key'])}]", rows, num(ix["entries"]),
+                          human_bytes(ix["bytes"]), num(ix["l0_files"]),
+                          str(ix["auto_compaction"])])
+        for agg in facts["aggregates"]:
+            table.append([f"aggregate {agg['operator']}", f"{num(agg['groups'])} groups",
+                          num(agg["groups"]), human_bytes(agg["bytes"]),
+                          num(agg["l0_files"]), str(agg["auto_compaction"])])
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        left_aligned = {0, len(widths) - 1}
+        lines += ["  " + "  ".join(c.ljust(w) if i in left_aligned else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                                   ).rstrip() for r in table]
+        return "\n".join(lines)
+
+    def stats(self) -> dict[str, Any]:
+        """Sources, outputs, phase and, per index and aggregate, counters and RocksDB facts.
+
+        The same dict as ``Pipeline.describe(store, name)`` (which needs no definition).
+        """
+        store = self._require_store()
+        self.compile()
+        with store.lock:
+            return Pipeline.describe(store, self.name)
+
+    def summary(self) -> str:
+        """A small readable table of the pipeline's state, one row per index and aggregate.
+
+        Per row: rows, entries, bytes (SST files + memtables), L0 files and whether
+        auto-compaction is on; above it the phase, sources and outputs.  What
+        ``joinstate inspect`` prints per pipeline.
+        """
+        return Pipeline.summary_of(self.stats())
 
 
 # ---- commit records ----------------------------------------------------------------------

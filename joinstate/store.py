@@ -14,10 +14,12 @@ from joinstate.db import LAYOUT_VERSION, Database
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError
 from joinstate.join import Join
 from joinstate.names import (
+    batch_cost_prefix,
     commit_prefix,
     counter_prefix,
     join_spec_key,
     phase_key,
+    planner_history_key,
     progress_prefix,
     validate_name,
 )
@@ -25,8 +27,12 @@ from joinstate.side import Side
 from joinstate.transaction import Transaction
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
+    import pyarrow.fs as pafs
+
+    from joinstate.checkpoint import CheckpointInfo
     from joinstate.join import How
     from joinstate.options import StoreOptions
 
@@ -137,6 +143,11 @@ class StateStore(Database):
             self._joins.pop(name, None)
             keys = [join_spec_key(name), phase_key(name)]
             keys += self.meta_keys(progress_prefix(name)) + self.meta_keys(commit_prefix(name))
+            # What earlier runs measured belongs to this join too: a new join of the same
+            # name must not plan from it.
+            keys += self.meta_keys(batch_cost_prefix(name))
+            if self.meta_get(planner_history_key(name)) is not None:
+                keys.append(planner_history_key(name))
             for cf in cfs:
                 keys += self.meta_keys(counter_prefix(cf))
             self.drop_column_families(cfs)
@@ -176,3 +187,47 @@ class StateStore(Database):
             joins = {name: self.join(name).verify() for name in self.joins()}
         return {"column_families": entries, "joins": joins}
 
+    # ---- checkpoints (see joinstate.checkpoint) ------------------------------------------
+
+    def last_sequence(self) -> int:
+        """RocksDB's sequence number of the last write (unchanged by reopening or reading)."""
+        with self.lock, _rocks.rocks_errors(self.path, "read the sequence number"):
+            return int(self._require_open().latest_sequence_number())
+
+    def checkpoint(self, uri: str, *, keep: int = 3, protect: Iterable[str] = (),
+                   filesystem: pafs.FileSystem | None = None) -> CheckpointInfo:
+        """Copy the store as of now to ``uri``, uploading only files not already there.
+
+        ``uri`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/prefix``,
+        ``hdfs://...``); with ``filesystem`` it is a path in that filesystem.  One store
+        per location.  Pushes wait only while RocksDB links the live files (a memtable
+        flush); the upload runs without the lock.  The newest ``keep`` checkpoints and
+        those whose ids are in ``protect`` are kept, older ones deleted.  Returns the new
+        checkpoint (``transferred``: the files uploaded).  See :mod:`joinstate.checkpoint`.
+        """
+        from joinstate import checkpoint as ckpt
+
+        self.require_writable(f"checkpoint to {uri}")
+        loc = ckpt.Location.of(uri, filesystem)
+        keep = ckpt.check_keep(keep)
+        with self.lock:
+            staging, sequence = ckpt.snapshot(self._require_open(), self.path)
+        return ckpt.upload(staging, self.path, loc, sequence, keep=keep, protect=protect)
+
+    @classmethod
+    def restore(cls, uri: str, path: str | Path, options: StoreOptions | None = None, *,
+                checkpoint: str | None = None, replace: bool = False, read_only: bool = False,
+                filesystem: pafs.FileSystem | None = None) -> StateStore:
+        """Restore a checkpoint of ``uri`` into ``path`` and open it there.
+
+        ``checkpoint``: an id (default: the latest).  ``path`` must be missing or empty,
+        or ``replace=True`` replaces the (closed) store there.  Every file is checked
+        against the checkpoint's manifest before anything lands in ``path``; a damaged
+        checkpoint raises :class:`~joinstate.errors.CheckpointCorruptedError`, a missing
+        one :class:`~joinstate.errors.CheckpointNotFoundError`.  Use the result as a
+        context manager, like any store.
+        """
+        from joinstate import checkpoint as ckpt
+
+        ckpt.restore(uri, path, checkpoint=checkpoint, replace=replace, filesystem=filesystem)
+        return cls(path, options, read_only=read_only)

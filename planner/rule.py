@@ -33,6 +33,11 @@ class Decision:
     figures: Mapping[str, Any] = field(default_factory=dict)
     rule: str = ""
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (``choice`` and ``figures`` are JSON-able by contract)."""
+        return {"topic": self.topic, "subject": self.subject, "choice": self.choice,
+                "reason": self.reason, "figures": dict(self.figures), "rule": self.rule}
+
 
 @runtime_checkable
 class Rule(Protocol):

@@ -8,17 +8,23 @@ See :func:`populate` for the arguments, :class:`Strategy` for what a strategy de
 and :class:`Report` for what is measured.  An interrupted population (a crash, an
 exception) resumes with ``populate(..., resume=True)``: see :mod:`population.resume`.
 ``python -m population --help`` is the CLI.
+
+Live changes: :func:`apply` applies one change batch either incrementally (a push) or
+by recomputing its output from the sides' snapshots, as the planner decides
+(:func:`planner.decide_batch`); :func:`apply_batch` also returns the decision and timings.
 """
 
+from population.apply import ApplyReport, apply, apply_batch
 from population.driver import ORDERS, populate
 from population.errors import BulkLoadRefused, PopulationError, PopulationInterruptedError
 from population.pipeline import PipelineReport, populate_pipeline
 from population.report import Report, SideReport
 from population.resume import Marker, OutputBatch, completed, interrupted, markers
-from population.strategy import Strategy, choose, preset, small_side
+from population.strategy import Strategy, preset
 
 __all__ = [
     "ORDERS",
+    "ApplyReport",
     "BulkLoadRefused",
     "Marker",
     "OutputBatch",
@@ -28,12 +34,12 @@ __all__ = [
     "Report",
     "SideReport",
     "Strategy",
-    "choose",
+    "apply",
+    "apply_batch",
     "completed",
     "interrupted",
     "markers",
     "populate",
     "populate_pipeline",
     "preset",
-    "small_side",
 ]

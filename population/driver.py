@@ -1,10 +1,14 @@
 """The population driver: load both sides of a join, emit the initial output, go live.
 
-Phases: find the small side (strategy, given sizes, or counting); set up per-side
-memtables while the families are still empty; stream batches in the chosen
-order, dispatching events to the compaction policies; ingest what is pending; switch
-the join to the live phase and clear the progress markers.  Whatever happens, the
-compaction guard re-enables every column family a policy disabled.
+Phases: plan (the planner decides the small side, order, strategy, memtables and
+compaction policy from the inputs' statistics and the store's recorded history:
+:func:`planner.plan.plan_for_join`; when no size is known the driver counts in lockstep
+and plans again); set up per-side memtables while the families are still empty;
+stream batches in the chosen order, dispatching events to the compaction policies;
+ingest what is pending; switch
+the join to the live phase and clear the progress markers; record what was measured for
+the planner's next decision.  Whatever happens, the compaction guard re-enables every
+column family a policy disabled.
 
 Crash safety (see :mod:`population.resume`): every batch commits its side's progress
 marker in its own transaction, through the WAL; a batch's output is delivered *before*
@@ -40,6 +44,9 @@ from compaction import (
 )
 from joinstate import IndexOptions, Pipeline, SchemaMismatchError
 from joinstate.activity import counter_delta, statistics_counters
+from planner.history import read_history, record_population
+from planner.plan import Plan, plan_for_join
+from planner.stats import SourceStats, gather
 from population.bulk import SstIngester, remove_staging
 from population.errors import BulkLoadRefused, PopulationError
 from population.pipeline import PipelineReport, populate_pipeline
@@ -57,7 +64,7 @@ from population.resume import (
     source_identity,
 )
 from population.sources import DEFAULT_BATCH_ROWS, Source, count_small
-from population.strategy import CompactionName, Strategy, choose, preset, small_side
+from population.strategy import CompactionName, Strategy, fixed_choices, from_plan, preset
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -346,6 +353,35 @@ def _conflicts(strategy: str | Strategy | None, order: str | None, batch_rows: i
     return bad
 
 
+def _side_stats(join: Join, data: Mapping[str, Any], sources: Mapping[str, Source],
+                known: Mapping[str, int | None]) -> dict[str, SourceStats]:
+    """Statistics of both inputs: sampled from tables and Parquet files, else their sizes.
+
+    Iterators and readers are never touched here (only their batches are loaded).
+    """
+    out: dict[str, SourceStats] = {}
+    for s in SIDES:
+        side = join.left_side if s == "left" else join.right_side
+        src = sources[s]
+        if src.snapshot:
+            st = gather(data[s], s, keys=[tuple(side.key)], unique_key=side.unique_key)
+        else:
+            st = SourceStats(s, src.rows, src.rows or 0, None, src.snapshot,
+                             tuple(side.unique_key) if side.unique_key else None,
+                             origin="table" if src.snapshot else "stream")
+        if known[s] is not None and known[s] != st.rows:
+            st = st.replace(rows=known[s], rows_at_least=known[s], origin="given")
+        out[s] = st
+    return out
+
+
+def _plan(join: Join, store: Database, stats: Mapping[str, SourceStats], order: str | None,
+          fixed: Mapping[str, Any]) -> Plan:
+    """The planner's decisions for this population (``fixed``: choices not to decide)."""
+    return plan_for_join(join, stats["left"], stats["right"],
+                         history=read_history(store, join.name), order=order, **fixed)
+
+
 def _skip(join: Join, side: str, source: Source, rec: Marker,
           found: Mapping[str, Marker], identity: dict[str, Any] | None) -> None:
     """Read past the batches ``rec`` says are loaded, checking they are the same ones.
@@ -422,7 +458,10 @@ def populate(
 
     ``left``/``right``: a pyarrow Table, RecordBatch or RecordBatchReader, a Parquet
     path, or an iterable of record batches.  ``strategy``: ``"symmetric"``,
-    ``"asymmetric"`` (the default), ``"bulk"``, ``"auto"`` or a :class:`Strategy`.
+    ``"asymmetric"`` (the default), ``"bulk"``, ``"auto"`` (the planner decides, from
+    the inputs' statistics and what earlier runs on this store measured) or a
+    :class:`Strategy`.  Either way the report carries the plan (``report.plan``,
+    ``report.explain``): every decision with the figures behind it.
     ``order``: ``"small-first"`` (the default) loads the whole small side first;
     ``"interleaved"`` alternates batches as a stream would (the small side finishes
     first); ``"as-given"`` loads left then right.  ``sizes`` (``{"left": n, "right":
@@ -517,6 +556,9 @@ def populate(
         raise_interrupted(join, found)
     # Nothing of this join is being ingested now (one writer): staging files are leftovers.
     remove_staging(store.path, join.name)
+    # Rows loaded by an earlier call (a driver loading one side per call): this call's
+    # figures are not a whole population, so they are not recorded for the planner.
+    preloaded = any(join.rows(s) for s in SIDES)
     data = {"left": left, "right": right}
     identity: dict[str, dict[str, Any] | None] = {s: source_identity(data[s]) for s in SIDES}
 
@@ -546,41 +588,46 @@ def populate(
         for s, m in found.items():
             _skip(join, m.side, side_sources[s], m, found, identity[s])
         known: dict[str, int | None] = {s: side_sources[s].rows for s in SIDES}
+        # The interrupted run's choices are fixed: the plan records them as given.
+        plan = _plan(join, store, _side_stats(join, data, side_sources, known), order,
+                     {**fixed_choices(strat), "small_side": small})
     else:
-        order = order or "small-first"
         batch_rows = batch_rows or DEFAULT_BATCH_ROWS
         side_sources = {s: Source(s, data[s], batch_rows) for s in SIDES}
         known = {s: side_sources[s].rows for s in SIDES}
         if sizes:
             known.update(sizes)
         strategy = "asymmetric" if strategy is None else strategy
-        if isinstance(strategy, Strategy) and strategy.small_side is not None:
-            small, small_from = strategy.small_side, "strategy"
-        elif known["left"] is not None and known["right"] is not None:
-            small = small_side({"left": known["left"], "right": known["right"]})
-            small_from = "sizes"
-        else:
-            small, counted_sizes = count_small(side_sources)
-            small_from = "counted"
-            known = {s: known[s] if known[s] is not None else counted_sizes[s] for s in SIDES}
-
         if isinstance(strategy, Strategy):
-            strat = strategy
-        elif strategy == "auto":
-            big: SideName = "right" if small == "left" else "left"
-            strat = choose(
-                known, {s: side_sources[s].snapshot for s in SIDES},
-                append_only_big=join.index(big).bulk_loadable,
-            )
-            if known[big] is None and small_from == "counted":
-                strat = strat.replace(reason=strat.reason + f" ({small} side counted smaller)")
+            fixed = fixed_choices(strategy)
         elif isinstance(strategy, str):
-            strat = preset(strategy)
+            fixed = {}
+            if strategy != "auto":
+                fixed["strategy"] = preset(strategy).name  # validates the name
         else:
             raise PopulationError(
                 f"strategy must be a name or a population.Strategy, got "
                 f"{type(strategy).__name__}"
             )
+        stats = _side_stats(join, data, side_sources, known)
+        plan = _plan(join, store, stats, order, fixed)
+        decided: SideName | None = plan.get("small_side", join.name)
+        small_from = "strategy" if fixed.get("small_side") is not None else "sizes"
+        if decided is None:
+            counted_small, counted_sizes = count_small(side_sources)
+            known = {s: known[s] if known[s] is not None else counted_sizes[s] for s in SIDES}
+            stats = {s: stats[s].replace(rows=known[s], rows_at_least=max(
+                stats[s].rows_at_least, side_sources[s].rows_read), origin="counted")
+                for s in SIDES}
+            plan = _plan(join, store, stats, order, fixed)
+            decided = plan.get("small_side", join.name)
+            if decided is None:  # a tie in lockstep: the side that ran out first
+                plan = _plan(join, store, stats, order, {**fixed, "small_side": counted_small})
+                decided = counted_small
+            small_from = "counted"
+        small = decided
+        order = plan.get("order")
+        strat = strategy if isinstance(strategy, Strategy) else from_plan(plan, join.name)
 
     total = None
     if known["left"] is not None and known["right"] is not None:
@@ -652,6 +699,18 @@ def populate(
         peak_rss=run.peak_rss,
         actions=[dict(vars(a)) for a in run.control.actions], phase=join.phase,
         resumed={s: m.summary() for s, m in found.items()}, redelivered=redelivered,
+        plan=plan.to_dict(), explain=plan.explain(),
     )
+    if not found and not preloaded and go_live:
+        # What this run measured, for the planner's next decision on this join (only a
+        # whole population in one call: a driver loading one side per call is not one).
+        record_population(
+            store, join.name, strategy=strat.name, rows=report.rows,
+            seconds=report.wall_seconds,
+            inputs={s: (run.rows[s], run.seconds[s]) for s in SIDES},
+            indexes={join.index(s).column_family: {
+                "rows": join.index(s).rows, "entries": join.index(s).entries}
+                for s in SIDES},
+        )
     log.info("population of %s done:\n%s", join.name, report.summary())
     return report

@@ -11,8 +11,14 @@ The strategies carry over from a single join, decided per index instead of per s
   it wrote that later sources read are compacted once, so their probes are cheap.
   Compaction comes back on every family at the end, on every exit path.
 * **symmetric**: RocksDB's defaults throughout (the baseline).
-* **auto**: asymmetric when the largest source is at least four times the smallest
-  non-empty one, symmetric otherwise.
+* **auto**: asks the planner (:func:`planner.plan.plan_pipeline`), which also decides
+  the order and each index's compaction schedule; its rule is asymmetric when the
+  largest source is at least four times the smallest non-empty one (or whatever earlier
+  runs recorded in the store measured faster), symmetric otherwise.
+
+The order and the per-index schedules are the plan's decisions in every case (a fixed
+strategy is given to the planner, which records it as given); the report carries the
+plan and its explanation, and a fresh run records what it measured for the next plan.
 
 Bulk SST ingestion is not offered for pipelines: a pipeline push also updates
 aggregate state and probes indexes written in the same load, so its transaction reads
@@ -36,6 +42,10 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from compaction import CompactionControl, guarded
+from joinstate.names import pipeline_owner
+from planner.history import read_history, record_population
+from planner.plan import plan_pipeline
+from planner.stats import SourceStats, gather
 from population.errors import PopulationError, PopulationInterruptedError
 from population.progress import Progress
 from population.resume import EMPTY_DIGEST, OutputBatch, batch_digest, sink_takes_batch
@@ -89,6 +99,12 @@ class PipelineReport:
     output_rows: dict[str, int] = field(default_factory=dict)
     peak_rss_bytes: int = 0
     redelivered: dict[str, int] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    """The planner's plan of this population (every decision, reason and figures)."""
+    explain: str = ""
+    """The plan as a readable tree (:meth:`summary` ends with it)."""
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """What RocksDB looked like during the load, over time (see :class:`Sampler`)."""
 
     @property
     def rows(self) -> int:
@@ -117,6 +133,8 @@ class PipelineReport:
             lines.append(f"  {s.name}: {s.rows:,} rows, {s.batches} pushes, {s.seconds:.2f} s")
         for op, n in self.operators.items():
             lines.append(f"  {op}: {n:,} rows of change")
+        if self.explain:
+            lines += ["  " + line for line in self.explain.splitlines()]
         return "\n".join(lines)
 
 
@@ -188,42 +206,39 @@ def populate_pipeline(
             + "); call populate(..., resume=True) with the same inputs to continue, or drop "
             "the state and start again", {s: dict(m) for s, m in found.items()},
         )
-    srcs = {name: Source(name, data, rows_per_batch) for name, data in sources.items()}
-    counts: dict[str, int] = {}
-    for name, src in srcs.items():
-        n = sizes.get(name) if sizes else None
-        counts[name] = n if n is not None else (src.rows if src.rows is not None else -1)
-    # Unknown sizes go last: they are usually the streams, not the dimensions.
-    order = sorted(srcs, key=lambda s: (counts[s] < 0, counts[s], p.sources.index(s)))
-    known = [c for c in counts.values() if c > 0]
-    chosen = strategy
-    if strategy == "auto":
-        chosen = "asymmetric" if known and max(known) >= 4 * min(known) else "symmetric"
-    report = PipelineReport(p.name, chosen if strategy != "auto" else f"auto->{chosen}",
-                            order)
     store = p.store
     if store is None:
         raise PopulationError(f"pipeline {p.name!r} is bound to a closed state store")
+    srcs = {name: Source(name, data, rows_per_batch) for name, data in sources.items()}
+    stats = {name: _stats(p, name, data, srcs[name], sizes) for name, data in sources.items()}
+    owner = pipeline_owner(p.name)
+    plan = plan_pipeline(p, stats, history=read_history(store, owner),
+                         strategy=None if strategy == "auto" else strategy)
+    order: list[str] = list(plan.get("order"))
+    chosen: str = plan.get("strategy")
+    # Per index: the sources before which it stops compacting / after which it is
+    # compacted (the plan's compaction decisions, executed as they stand).
+    schedule = {d.subject: d.choice for d in plan.where("compaction")}
+    infos = {ix.column_family: ix for ix in p.indexes()}
+    report = PipelineReport(p.name, chosen if strategy != "auto" else f"auto->{chosen}",
+                            order, plan=plan.to_dict(), explain=plan.explain())
     proc = psutil.Process()
     peak = proc.memory_info().rss
     takes_batch = sink is not None and sink_takes_batch(sink)
-    total = sum(c for c in counts.values() if c > 0) or None
+    total = sum(st.rows for st in stats.values() if st.rows) or None
     bar = Progress(progress, total, f"populate {p.name}")
     control = CompactionControl(store, {})
     t0 = time.perf_counter()
+    sampler = Sampler(p, t0)  # report samples only: nothing below depends on them
     operators_before = p.operator_rows()
     try:
         with guarded(control):
-            for i, name in enumerate(order):
-                later = order[i:]
-                written = {ix.name: ix for ix in p.source_indexes(name)}
-                read_later = {ix.name for s in later for ix in p.probed_indexes(s)}
-                if chosen == "asymmetric":
-                    for ix_name, ix in written.items():
-                        if ix_name not in read_later:
-                            for cf in ix.data_column_families:
-                                control.disable(cf, f"{name} loads; nothing reads {ix_name} "
-                                                    "during the rest of population")
+            for name in order:
+                for cf, plan_ix in schedule.items():
+                    if name in plan_ix.get("disable_before", ()):
+                        for data_cf in infos[cf].data_column_families:
+                            control.disable(data_cf, f"{name} loads; nothing reads {cf} "
+                                                     "during the rest of population")
                 load = SourceLoad(name)
                 report.sources.append(load)
                 mark = found.get(name)
@@ -271,6 +286,7 @@ def populate_pipeline(
                     load.seconds += time.perf_counter() - t
                     bar.update(name, batch.num_rows)
                     peak = max(peak, proc.memory_info().rss)
+                    sampler.take(name, load.rows)
                 if mark is not None and index < skip:
                     raise PopulationInterruptedError(
                         f"pipeline {p.name!r}: source {name!r} has {index} batches, fewer "
@@ -279,14 +295,13 @@ def populate_pipeline(
                 t = time.perf_counter()
                 p.push(name, p.source_schema(name).empty_table(),
                        progress=_marker(index, rows_done, digest, True))
-                if chosen == "asymmetric":
-                    later_reads = {ix.name for s in order[i + 1:] for ix in p.probed_indexes(s)}
-                    for ix_name, ix in written.items():
-                        if ix_name in later_reads:
-                            for cf in ix.data_column_families:
-                                control.compact(cf, f"{name} is loaded; later sources "
-                                                    f"probe {ix_name}")
+                for cf, plan_ix in schedule.items():
+                    if name in plan_ix.get("compact_after", ()):
+                        for data_cf in infos[cf].data_column_families:
+                            control.compact(data_cf, f"{name} is loaded; later sources "
+                                                     f"probe {cf}")
                 load.seconds += time.perf_counter() - t
+                sampler.take(name, load.rows, force=True)
     finally:
         bar.close()
     p.settle()
@@ -300,4 +315,92 @@ def populate_pipeline(
                        "rows": ix.rows, "entries": ix.entries} for ix in p.indexes()]
     report.actions = [asdict(a) for a in control.actions]
     report.peak_rss_bytes = peak
+    report.samples = sampler.samples
+    if not found:
+        _record(p, report, chosen)
     return report
+
+
+def _stats(p: Pipeline, name: str, data: Any, src: Source,
+           sizes: Mapping[str, int] | None) -> SourceStats:
+    """Statistics of one source's input (iterators are never touched), sizes applied."""
+    uk = p.source_unique_key(name)
+    if src.snapshot:
+        st = gather(data, name, unique_key=uk)
+    else:
+        st = SourceStats(name, src.rows, src.rows or 0, None, False, uk, origin="stream")
+    n = sizes.get(name) if sizes else None
+    if n is not None:
+        st = st.replace(rows=n, rows_at_least=n, origin="given")
+    return st
+
+
+def _record(p: Pipeline, report: PipelineReport, strategy: str) -> None:
+    """Record what a fresh population measured, for the planner's next plan of ``p``."""
+    store = p.store
+    if store is None:
+        return
+    indexes = {}
+    for ix in p.indexes():
+        size = sum(store.property_int(cf, prop) or 0 for cf in ix.column_families
+                   for prop in ("rocksdb.total-sst-files-size",
+                                "rocksdb.cur-size-all-mem-tables"))
+        indexes[ix.column_family] = {"rows": ix.rows, "entries": ix.entries, "bytes": size}
+    record_population(
+        store, pipeline_owner(p.name), strategy=strategy, rows=report.rows,
+        seconds=report.seconds, inputs={s.name: (s.rows, s.seconds) for s in report.sources},
+        indexes=indexes, operators=report.operators,
+    )
+
+
+# ---- samples for reports (read-only; population never acts on them) --------------------
+
+SAMPLE_INTERVAL = 0.05
+"""Least seconds between two samples taken after a push (a sample reads four RocksDB
+properties per column family and the statistics dump: well under a millisecond)."""
+
+
+class Sampler:
+    """Samples of RocksDB's state during a pipeline's population, for charts and reports.
+
+    Each sample is ``{"t": seconds since the load started, "source": the source being
+    loaded, "rows": input rows loaded by this call so far, "stall_micros": write stall
+    time since the load started (DB-wide), "l0": {family: L0 files}, "pending": {family:
+    estimated pending compaction bytes}, "bytes": {family: SST + memtable bytes}}`` over
+    every column family of the pipeline.  Taken before the first push (source ``""``),
+    between pushes at most every :data:`SAMPLE_INTERVAL` seconds, and always when a
+    source finishes.
+    """
+
+    def __init__(self, p: Pipeline, t0: float) -> None:
+        self.p = p
+        self.t0 = t0
+        self.rows_before = 0
+        self.last = -SAMPLE_INTERVAL
+        self.samples: list[dict[str, Any]] = []
+        store = p.store
+        self.stall0 = store.activity().get("stall_micros", 0) if store is not None else 0
+        self.families = p.column_families()
+        self.take("", 0, force=True)  # the state before the first push
+
+    def take(self, source: str, source_rows: int, force: bool = False) -> None:
+        """Record a sample (``source_rows``: rows of ``source`` loaded so far)."""
+        now = time.perf_counter() - self.t0
+        store = self.p.store
+        if store is None or (not force and now - self.last < SAMPLE_INTERVAL):
+            return
+        self.last = now
+        if self.samples and self.samples[-1]["source"] != source:
+            self.rows_before = self.samples[-1]["rows"]
+        props: dict[str, dict[str, int]] = {"l0": {}, "pending": {}, "bytes": {}}
+        for cf in self.families:
+            props["l0"][cf] = store.property_int(cf, "rocksdb.num-files-at-level0") or 0
+            props["pending"][cf] = store.property_int(
+                cf, "rocksdb.estimate-pending-compaction-bytes") or 0
+            props["bytes"][cf] = (
+                (store.property_int(cf, "rocksdb.total-sst-files-size") or 0)
+                + (store.property_int(cf, "rocksdb.cur-size-all-mem-tables") or 0))
+        self.samples.append({
+            "t": round(now, 4), "source": source, "rows": self.rows_before + source_rows,
+            "stall_micros": store.activity().get("stall_micros", 0) - self.stall0, **props,
+        })

@@ -52,6 +52,10 @@ class Report:
     ``redelivered`` the first batch index per side whose output this call delivers
     again (outputs of batches ``>= redelivered[side]`` that the interrupted run delivered
     are delivered again; earlier ones never are).  Both are empty for a fresh run.
+
+    ``plan`` is the planner's plan of this population (:meth:`planner.plan.Plan.to_dict`:
+    every decision with its reason and figures) and ``explain`` the same as a readable
+    tree; :meth:`summary` ends with it.
     """
 
     join: str
@@ -76,6 +80,8 @@ class Report:
     phase: str = "live"
     resumed: dict[str, dict[str, Any]] = field(default_factory=dict)
     redelivered: dict[str, int] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    explain: str = ""
 
     @property
     def rows(self) -> int:
@@ -163,4 +169,6 @@ class Report:
             f"{max(self.l0_max.values(), default=0)}, state {self.state_bytes / mib:,.1f} MiB, "
             f"peak RSS {self.peak_rss / mib:,.0f} MiB"
         )
+        if self.explain:
+            lines += ["  " + line for line in self.explain.splitlines()]
         return "\n".join(lines)

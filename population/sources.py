@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from planner.rules.small_side import small_side_of
 from population.errors import PopulationError
-from population.strategy import small_side
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -136,7 +136,7 @@ def count_small(sources: Mapping[str, Source]) -> tuple[SideName, dict[str, int 
         s.prefetch()
     small: SideName
     if left.exhausted and right.exhausted:
-        small = small_side({"left": left.rows_read, "right": right.rows_read})
+        small = small_side_of({"left": left.rows_read, "right": right.rows_read})
     else:
         small = "left" if left.exhausted else "right"
     sizes: dict[str, int | None] = {

@@ -1,26 +1,31 @@
 """Population strategies: which memtable, which compaction policy, which write path per side.
 
 A strategy is data (a frozen, validated dataclass) so that a report can say exactly what
-ran, and so that the planner can later build one from statistics.  There are three
-presets (``symmetric``, ``asymmetric``, ``bulk``); ``auto`` is resolved from the data by
-:func:`choose`.  :func:`small_side` is the one rule for which side is the small one.
+ran.  The planner decides (:mod:`planner.rules`: small side, strategy, memtable and
+compaction policy per index) and :func:`from_plan` turns its decisions into the
+``Strategy`` the driver executes; the three presets (``symmetric``, ``asymmetric``,
+``bulk``) are built from the same planner tables, so a preset and the planner's choice of
+it are the same strategy.  ``auto`` means "ask the planner".
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from joinstate.options import Memtable
+from planner.rules.compaction import POLICY_OF
+from planner.rules.memtable import BIG_MEMTABLE, SMALL_MEMTABLE
 from population.errors import PopulationError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     from joinstate import SideName
+    from planner.plan import Plan
 
-__all__ = ["CompactionName", "Strategy", "choose", "preset", "small_side"]
+__all__ = ["PRESETS", "CompactionName", "Strategy", "fixed_choices", "from_plan", "preset"]
 
 CompactionName = Literal["rocksdb", "epsio", "bulk-load"]
 
@@ -95,7 +100,7 @@ class Strategy:
     @classmethod
     def symmetric(cls) -> Strategy:
         """Baseline: RocksDB defaults on both sides, auto-compaction on, one memtable type."""
-        return cls("symmetric", compaction="rocksdb")
+        return cls("symmetric", compaction=_policy("symmetric"))
 
     @classmethod
     def asymmetric(cls) -> Strategy:
@@ -104,17 +109,22 @@ class Strategy:
         Hash skip list for the small (probed) side's index, skip list for the big one.
         """
         return cls(
-            "asymmetric", compaction="epsio", small_memtable="hash_skip_list",
-            big_memtable="skiplist",
+            "asymmetric", compaction=_policy("asymmetric"), small_memtable=SMALL_MEMTABLE,
+            big_memtable=BIG_MEMTABLE,
         )
 
     @classmethod
     def bulk_load(cls) -> Strategy:
         """Beyond Epsio: sorted SST files ingested, no compaction during load."""
         return cls(
-            "bulk", compaction="bulk-load", small_memtable="hash_skip_list",
-            big_memtable="skiplist", bulk=True,
+            "bulk", compaction=_policy("bulk"), small_memtable=SMALL_MEMTABLE,
+            big_memtable=BIG_MEMTABLE, bulk=True,
         )
+
+
+def _policy(strategy: str) -> CompactionName:
+    """The compaction policy the planner pairs with ``strategy`` (one table for both)."""
+    return cast("CompactionName", POLICY_OF[strategy])
 
 
 _PRESETS: dict[str, Callable[[], Strategy]] = {
@@ -135,45 +145,32 @@ def preset(name: str) -> Strategy:
     return make()
 
 
-def small_side(sizes: Mapping[str, int]) -> SideName:
-    """The small side of a join whose sides hold ``sizes["left"]`` and ``sizes["right"]`` rows.
+def fixed_choices(strategy: Strategy) -> dict[str, Any]:
+    """What a given ``Strategy`` fixes, as the planner's ``given`` choices.
 
-    The one rule every driver uses: ``"left"`` if left <= right, else ``"right"`` (a tie
-    goes to the left side).
+    The plan then records these as given instead of deciding them, so that it explains
+    what runs.
     """
-    return "left" if sizes["left"] <= sizes["right"] else "right"
+    return {"strategy": strategy.name, "small_side": strategy.small_side,
+            "compaction": strategy.compaction,
+            "memtables": {"small": strategy.small_memtable, "big": strategy.big_memtable}}
 
 
-def choose(
-    sizes: Mapping[str, int | None], snapshot: Mapping[str, bool], append_only_big: bool
-) -> Strategy:
-    """The ``auto`` rule: a few thresholds on sizes, explained in ``Strategy.reason``.
+def from_plan(plan: Plan, join: str) -> Strategy:
+    """The strategy the planner decided for ``join`` (its strategy, memtables, policy).
 
-    * no size known or sides within 4x of each other: ``symmetric`` (no asymmetry to use);
-    * the big side has >= 1M rows (known up front: a snapshot, or sizes the caller gave)
-      and its index can be bulk-loaded (no degree family): ``bulk`` (sorted SST ingestion
-      beats memtable inserts once there is enough of it; measured 1.2-1.4x symmetric with
-      one writer at 300k x 10M, 2x with two);
-    * otherwise ``asymmetric``.
+    The reason is the strategy decision's, so a report says why it was chosen.
     """
-    known = {s: n for s, n in sizes.items() if n is not None}
-    if len(known) < 2:
-        return Strategy.symmetric().replace(
-            reason="sizes unknown: no asymmetry to exploit, RocksDB defaults"
-        )
-    small = small_side(known)
-    big: SideName = "right" if small == "left" else "left"
-    ratio = known[big] / max(1, known[small])
-    if ratio < 4:
-        return Strategy.symmetric().replace(
-            reason=f"sides within 4x ({known[small]} vs {known[big]} rows): symmetric"
-        )
-    if append_only_big and known[big] >= 1_000_000:
-        what = "snapshot" if snapshot.get(big) else "input"
-        return Strategy.bulk_load().replace(
-            reason=(f"{big} side is a {known[big]}-row {what}, {ratio:.0f}x the {small} "
-                    "side, and bulk-loadable: sorted SST ingestion")
-        )
-    return Strategy.asymmetric().replace(
-        reason=f"{big} side is {ratio:.0f}x the {small} side: Epsio's asymmetric policy"
+    name = plan.get("strategy", join)
+    small = plan.get("small_side", join)
+    memtables: dict[str, Memtable | None] = {"small": None, "big": None}
+    if small is not None:
+        big = "right" if small == "left" else "left"
+        memtables = {"small": plan.get("memtable", plan.side_index(small), None),
+                     "big": plan.get("memtable", plan.side_index(big), None)}
+    decision = plan.decision("strategy", join)
+    return Strategy(
+        name, compaction=plan.get("compaction", join), small_memtable=memtables["small"],
+        big_memtable=memtables["big"], bulk=name == "bulk",
+        reason=decision.reason if decision is not None else "",
     )

@@ -6,9 +6,11 @@ operation id) and collects the report rows they yield.
 
 Lifecycle of a task, whatever the operation:
 
-1. It receives the Arrow batches of one Spark partition.  After :func:`spark_io.routing.route`
-   that is exactly one shard; if a partition ever held several, they are processed one
-   after the other (the first streams, the others are buffered), never two at once.
+1. It receives the Arrow batches of one Spark partition (a ``mapInArrow`` partition
+   after :func:`spark_io.routing.route`, or an RDD partition holding one batch the
+   driver cut with :func:`spark_io.routing.split`).  That is exactly one shard; if a
+   partition ever held several, they are processed one after the other (the first
+   streams, the others are buffered), never two at once.
 2. For each shard it opens the shard's :class:`joinstate.StateStore` in a ``with``
    block, so the RocksDB directory is closed when the shard is done, when the task
    fails, and when Spark stops the task.  Opening a shard another task or process
@@ -18,6 +20,17 @@ Lifecycle of a task, whatever the operation:
    temporary name, renamed into place only once complete, so readers never see a
    partial file and a failed attempt leaves nothing behind but a dot-file.
 4. It yields one report row per shard (:data:`spark_io.report.REPORT_SCHEMA`).
+
+Checkpointed shards (``checkpoint_uri``).  Step 2 then opens the shard's working copy
+as exactly the checkpoint the driver committed for it (:class:`~spark_io.manifest.ShardStorage`,
+:func:`joinstate.checkpoint.open_checkpoint`): a copy that is missing (a new executor, a
+lost disk), older, or holds writes no committed checkpoint has (an attempt that died
+before its checkpoint, a job that failed elsewhere) is replaced by that checkpoint
+first.  When the task's work on the shard ends cleanly and RocksDB wrote anything, the
+task checkpoints the shard (uploading only new files) before it reports, and the
+report carries the new checkpoint id; the driver commits the ids once the whole job
+succeeded.  A task that dies before its checkpoint leaves nothing a later task would
+use, so its retry starts from the committed checkpoint again.
 
 What survives a task retry (or the same operation run again):
 
@@ -57,8 +70,9 @@ import pyarrow.parquet as pq
 
 import population
 from joinstate import IndexOptions, Join, SideName, StateLockedError, StateStore, StoreOptions
+from joinstate.checkpoint import open_checkpoint
 from spark_io.errors import PopulationStateError, ShardBusyError
-from spark_io.manifest import Manifest, shard_path
+from spark_io.manifest import Manifest, ShardStorage, shard_key
 from spark_io.routing import SHARD
 from spark_io.types import conform_batch
 
@@ -68,9 +82,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ApplyTask",
     "ControlTask",
+    "OpenShard",
     "PopulateTask",
     "StateTask",
     "open_shard",
+    "open_store",
     "options_from_dict",
     "options_to_dict",
     "populate_shard",
@@ -100,27 +116,83 @@ def options_from_dict(kw: dict[str, Any] | None) -> StoreOptions | None:
 
 # ---- shards ---------------------------------------------------------------------------------
 
+@dataclass
+class OpenShard:
+    """A shard store open for one task (:func:`open_store`).
+
+    ``sync`` says how the working copy was found: ``"shared"`` (no checkpoints),
+    ``"local"`` (exactly the committed checkpoint), ``"restored"`` or ``"new"``.
+    ``checkpoint`` is the id the shard is at: the committed one, or after a clean exit
+    with writes, the new one.
+    """
+
+    store: StateStore
+    key: str
+    sync: str
+    checkpoint: str | None = None
+
+    def report(self) -> dict[str, Any]:
+        """The store's key and checkpoint id, for the driver to commit.
+
+        Also how the working copy was found, where it is and which task attempt used it
+        (for diagnosis).
+        """
+        return {"store": self.key, "id": self.checkpoint, "sync": self.sync,
+                "path": str(self.store.path), "attempt": _task_attempt()}
+
+
+@contextmanager
+def open_store(storage: ShardStorage, key: str, options: StoreOptions | None, *,
+               read_only: bool = False, owner: str = "", hint: str = "") -> Iterator[OpenShard]:
+    """Shard store ``key`` open for the ``with`` block, closed after.
+
+    Without checkpoints it is the directory every task shares.  With them, the local
+    working copy is opened as exactly the committed checkpoint (restored if it is not),
+    and a clean exit after writes checkpoints it (see the module docstring).
+    ``read_only`` opens without RocksDB's LOCK (inspection while a writer may be busy).
+    ``owner`` and ``hint`` word the :class:`~spark_io.errors.ShardBusyError`.
+    """
+    path = storage.local_path(key)
+    expected = storage.checkpoints.get(key)
+    try:
+        if storage.checkpoint_uri is None:
+            store, sync = StateStore(path, options, read_only=read_only), "shared"
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            store, sync = open_checkpoint(storage.uri(key), path, expected, options,
+                                          read_only=read_only)
+    except StateLockedError as exc:
+        raise ShardBusyError(
+            f"{owner or 'shard ' + key} ({path}) is already open in another task or "
+            f"process; joinstate allows one writer per shard: {hint or 'run one operation'} "
+            "at a time per state_dir, keep spark.speculation off, and close stores opened "
+            f"outside Spark. Cause: {exc}"
+        ) from exc
+    shard = OpenShard(store, key, sync, expected)
+    with store:
+        before = store.last_sequence() if storage.checkpoint_uri and not read_only else None
+        yield shard
+        if before is not None and store.last_sequence() != before:
+            info = store.checkpoint(storage.uri(key), keep=storage.keep,
+                                    protect=storage.protected(key))
+            shard.checkpoint = info.id
+
+
 @contextmanager
 def open_shard(
-    manifest: Manifest, state_dir: str, shard: int, options: StoreOptions | None = None,
-    *, read_only: bool = False,
+    manifest: Manifest, storage: ShardStorage | str, shard: int,
+    options: StoreOptions | None = None, *, read_only: bool = False,
 ) -> Iterator[Join]:
     """The join in shard ``shard``'s store, open for the ``with`` block and closed after.
 
-    ``read_only`` opens without RocksDB's LOCK (inspection while a writer may be busy).
+    ``storage``: the join's :class:`ShardStorage` (a plain state directory means no
+    checkpoints).  ``read_only`` opens without RocksDB's LOCK.
     """
-    path = shard_path(state_dir, shard)
-    try:
-        store = StateStore(path, options, read_only=read_only)
-    except StateLockedError as exc:
-        raise ShardBusyError(
-            f"shard {shard} of join {manifest.name!r} ({path}) is already open in another "
-            "task or process; joinstate allows one writer per shard: run one SparkJoin "
-            "operation at a time per state_dir, keep spark.speculation off, and close "
-            f"stores opened outside Spark. Cause: {exc}"
-        ) from exc
-    with store:
-        yield manifest.join(store)
+    where = storage if isinstance(storage, ShardStorage) else ShardStorage(str(storage))
+    with open_store(where, shard_key(shard), options, read_only=read_only,
+                    owner=f"shard {shard} of join {manifest.name!r}",
+                    hint="run one SparkJoin operation") as opened:
+        yield manifest.join(opened.store)
 
 
 def side_rows(join: Join, side: SideName) -> int:
@@ -326,12 +398,20 @@ def _task_attempt() -> int:
 @dataclass(frozen=True)
 class _ShardTask:
     manifest: Manifest
-    state_dir: str
+    storage: ShardStorage
     options: dict[str, Any] | None
 
-    def open(self, shard: int, read_only: bool = False) -> Any:
-        return open_shard(self.manifest, self.state_dir, shard, options_from_dict(self.options),
-                          read_only=read_only)
+    @property
+    def state_dir(self) -> str:
+        return self.storage.state_dir
+
+    @contextmanager
+    def open(self, shard: int, read_only: bool = False) -> Iterator[tuple[Join, OpenShard]]:
+        """The shard's join and its :class:`OpenShard` (for the checkpoint report)."""
+        with open_store(self.storage, shard_key(shard), options_from_dict(self.options),
+                        read_only=read_only, owner=f"shard {shard} of join {self.manifest.name!r}",
+                        hint="run one SparkJoin operation") as opened:
+            yield self.manifest.join(opened.store), opened
 
     def conformed(self, side: SideName, pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
         schema = self.manifest.side(side).schema
@@ -362,32 +442,34 @@ class PopulateTask(_ShardTask):
         resume = self.resume or _task_attempt() > 0
         for shard, pieces in by_shard(batches):
             t0 = time.perf_counter()
-            with self.open(shard) as join:
+            empty = self.manifest.side(self.side).schema.empty_table()
+            with self.open(shard) as (join, opened):
                 if self._loaded(join):
                     # Loaded by an earlier attempt or run (which may have died after its
                     # population finished, before marking the side): its output files
                     # are complete.
                     if not join.committed(self.marker):
-                        join.push(self.side, self.manifest.side(self.side).schema.empty_table(),
-                                  commit_id=self.marker)
+                        join.push(self.side, empty, commit_id=self.marker)
+                    if self.final and join.phase != "live":
+                        join.set_phase("live")  # the driver visits only unreached shards
                     for _ in pieces:
                         pass
-                    yield _report(shard, self.side, 0, 0, time.perf_counter() - t0,
-                                  replayed=True)
-                    continue
-                first = self._resume_point(join, shard, resume)
-                files = _BatchFiles(Path(self.output_dir), shard)
-                files.remove_from(self.side, first)
-                counted = _Counted(self.conformed(self.side, pieces))
-                detail = populate_shard(join, self.side, iter(counted),
-                                        strategy=self.strategy, sizes=self.sizes,
-                                        sink=files.write, go_live=self.final, resume=resume)
-                # Mark this side loaded (an empty push: just the commit id, one WriteBatch).
-                join.push(self.side, self.manifest.side(self.side).schema.empty_table(),
-                          commit_id=self.marker)
-                join.set_phase("live" if self.final else "population")
-            yield _report(shard, self.side, counted.rows, files.rows,
-                          time.perf_counter() - t0, detail=detail)
+                    rows_in, rows_out, replayed, detail = 0, 0, True, {}
+                else:
+                    first = self._resume_point(join, shard, resume)
+                    files = _BatchFiles(Path(self.output_dir), shard)
+                    files.remove_from(self.side, first)
+                    counted = _Counted(self.conformed(self.side, pieces))
+                    detail = populate_shard(join, self.side, iter(counted),
+                                            strategy=self.strategy, sizes=self.sizes,
+                                            sink=files.write, go_live=self.final,
+                                            resume=resume)
+                    # Mark this side loaded (an empty push: the commit id, one WriteBatch).
+                    join.push(self.side, empty, commit_id=self.marker)
+                    join.set_phase("live" if self.final else "population")
+                    rows_in, rows_out, replayed = counted.rows, files.rows, False
+            yield _report(shard, self.side, rows_in, rows_out, time.perf_counter() - t0,
+                          replayed=replayed, detail={**detail, "checkpoint": opened.report()})
 
     def _loaded(self, join: Join) -> bool:
         """Whether this side of the shard is loaded.
@@ -454,7 +536,7 @@ class ApplyTask(_ShardTask):
             t0 = time.perf_counter()
             tables = list(self.conformed(self.side, pieces))
             delta = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            with self.open(shard) as join:
+            with self.open(shard) as (join, opened):
                 replayed = join.committed(self.commit_id)
                 out = join.push(self.side, delta, commit_id=self.commit_id)
                 if self.forget_prefix is not None and self.keep_after is not None:
@@ -462,7 +544,8 @@ class ApplyTask(_ShardTask):
             with parquet_out(Path(self.output_dir) / f"part-shard-{shard:05d}.parquet") as f:
                 f.write(out)
             yield _report(shard, self.side, delta.num_rows, out.num_rows,
-                          time.perf_counter() - t0, replayed=replayed)
+                          time.perf_counter() - t0, replayed=replayed,
+                          detail={"checkpoint": opened.report()})
 
     def _keep(self, commit_id: str) -> bool:
         prefix = self.forget_prefix
@@ -476,7 +559,7 @@ class ApplyTask(_ShardTask):
 
 @dataclass(frozen=True)
 class ControlTask(_ShardTask):
-    """Visit shards by number (input: a ``spark.range`` column ``id``), one at a time.
+    """Visit shards by number (input: batches whose first column holds them), one at a time.
 
     ``go_live`` sets each shard's phase to live (creating shards no row reached);
     every visit reports the shard's row counters and phase.
@@ -488,13 +571,13 @@ class ControlTask(_ShardTask):
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 t0 = time.perf_counter()
-                with self.open(int(shard)) as join:
+                with self.open(int(shard)) as (join, opened):
                     if self.go_live:
                         join.set_phase("live")
                     detail = {"phase": join.phase, "left_rows": side_rows(join, "left"),
                               "right_rows": side_rows(join, "right")}
                 yield _report(int(shard), "both", 0, 0, time.perf_counter() - t0,
-                              detail=detail)
+                              detail={**detail, "checkpoint": opened.report()})
 
 
 @dataclass(frozen=True)
@@ -502,7 +585,8 @@ class StateTask(_ShardTask):
     """Yield the consolidated state of ``side`` of each shard.
 
     Shards are opened read-only (no LOCK), so reading state never blocks a writer; a
-    shard no row ever reached has no directory and contributes nothing.
+    shard no row ever reached has no state (no directory, no checkpoint) and contributes
+    nothing.  A checkpointed shard is read as its committed checkpoint.
     """
 
     side: SideName = "left"
@@ -511,9 +595,9 @@ class StateTask(_ShardTask):
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for shard in batch.column(0).to_pylist():
-                if not (Path(shard_path(self.state_dir, int(shard))) / "CURRENT").exists():
+                if not self.storage.exists(shard_key(int(shard))):
                     continue
-                with self.open(int(shard), read_only=True) as join:
+                with self.open(int(shard), read_only=True) as (join, _):
                     state = join.state(self.side)
                 if self.schema is not None:
                     state = state.select(self.schema.names).cast(self.schema)

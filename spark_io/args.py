@@ -4,7 +4,7 @@ Everything here runs before anything is written (no manifest, no directory) and 
 any Spark job, so a wrong argument fails at once with an error naming the argument, the
 value and what is accepted, instead of minutes later inside a task.  Join-spec
 arguments raise :class:`joinstate.SchemaMismatchError`, population arguments
-:class:`population.PopulationError`.
+:class:`population.PopulationError`, checkpoint arguments :class:`joinstate.OptionsError`.
 
 Join types accept Spark's spellings (case-insensitive, as ``DataFrame.join``) and are
 normalised to joinstate's: see :data:`JOIN_TYPES`.
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import population
-from joinstate import SchemaMismatchError, StoreOptions
+from joinstate import OptionsError, SchemaMismatchError, StoreOptions
+from joinstate.checkpoint import Location
 from joinstate.names import validate_name
 from population.strategy import PRESETS
 
@@ -30,10 +31,13 @@ if TYPE_CHECKING:
 __all__ = [
     "JOIN_TYPES",
     "check_bool",
+    "check_checkpoint_uri",
     "check_columns",
     "check_dataframe",
+    "check_keep_checkpoints",
     "check_keep_outputs",
     "check_key",
+    "check_local_dir",
     "check_name",
     "check_op_id",
     "check_options",
@@ -42,6 +46,7 @@ __all__ = [
     "check_shards",
     "check_side",
     "check_small_side",
+    "check_sole_owner",
     "check_strategy",
     "check_suffixes",
     "normalize_how",
@@ -210,3 +215,68 @@ def check_columns(names: Sequence[str], available: Sequence[str], argument: str)
             f"{', '.join(map(repr, missing))} not in the DataFrame (columns: "
             f"{', '.join(available)})"
         )
+
+
+def check_checkpoint_uri(value: object) -> str | None:
+    """``None`` or a checkpoint location: a URI pyarrow.fs opens, or a local path.
+
+    A local path is made absolute here, on the driver: executors resolve relative
+    paths against their own working directories.
+    """
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise OptionsError(
+            f"checkpoint_uri={value!r} must be None, a URI (s3://bucket/prefix, gs://...,"
+            " hdfs://...) or a directory path every executor reaches")
+    try:
+        Location.of(value)
+    except OptionsError as exc:
+        raise OptionsError(f"checkpoint_uri: {exc}") from exc
+    return value if "://" in value else str(Path(value).resolve())
+
+
+def check_local_dir(value: object, checkpoint_uri: str | None) -> str | None:
+    """Where executors keep working copies of checkpointed shards (needs a checkpoint_uri).
+
+    Kept as given: a relative path is resolved on each executor (its working directory).
+    """
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip() or "://" in value:
+        raise OptionsError(
+            f"local_dir={value!r} must be None or a local directory path (relative paths "
+            "are resolved on each executor, in its working directory)")
+    if checkpoint_uri is None:
+        raise OptionsError(
+            f"local_dir={value!r} needs checkpoint_uri=: without checkpoints every task "
+            "must see the one copy of each shard, in state_dir")
+    return value
+
+
+def check_keep_checkpoints(keep: object) -> int:
+    """How many checkpoints each shard keeps at its location: an int >= 1."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise OptionsError(f"keep_checkpoints={keep!r} must be an int >= 1")
+    return keep
+
+
+def check_sole_owner(others: list[tuple[Path, str | None]], checkpoint_uri: str | None,
+                     state_dir: Path) -> None:
+    """Refuse to share a state directory when checkpoints are involved.
+
+    ``others``: the other joins' and pipelines' manifests in ``state_dir`` with their
+    ``checkpoint_uri`` (:func:`spark_io.manifest.other_owners`).  Their shards are the
+    same stores, and a checkpointed shard is replaced by its checkpoint whenever its
+    copy differs, which would discard the other owner's writes.
+    """
+    clash = [p for p, uri in others if checkpoint_uri is not None or uri is not None]
+    if clash:
+        raise OptionsError(
+            f"state_dir={str(state_dir)!r} already holds {', '.join(p.name for p in clash)}; "
+            "a state directory with checkpoints (checkpoint_uri) holds one join or pipeline: "
+            "use a state_dir of its own")

@@ -9,6 +9,13 @@ reason it could not.  The probe function is compiled from source under a module 
 Python has, so cloudpickle ships it by value: unpickling it on the executor needs
 nothing but the standard library.  Only a successful check is cached (per Spark
 application and executor interpreter).
+
+The probe runs one task per core (``defaultParallelism``, at most
+:data:`PROBE_TASKS_MAX`) rather than one: importing joinstate takes a second or more in
+a fresh Python worker, and with ``spark.python.worker.reuse`` (the default) Spark keeps
+these workers for later RDD jobs, which is how ``SparkJoin`` runs its shard tasks
+(:func:`spark_io.job.run_job`).  The first real job then starts no interpreter on any
+core.  (``mapInArrow`` stages use a separate pool of workers, started on their first use.)
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-__all__ = ["check_executors"]
+__all__ = ["PROBE_TASKS_MAX", "check_executors"]
 
 _PROBE_SOURCE = '''
 def probe(rows):
@@ -53,6 +60,9 @@ def _probe_function() -> Callable[[Iterable[Any]], Iterable[dict[str, Any]]]:
     probe: Callable[[Iterable[Any]], Iterable[dict[str, Any]]] = namespace["probe"]
     return probe
 
+
+PROBE_TASKS_MAX = 256
+"""At most this many probe tasks (one per core up to it)."""
 
 _checked: dict[tuple[str, str], dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -97,7 +107,8 @@ def check_executors(spark: SparkSession, *, force: bool = False) -> dict[str, An
         if not force and cache_key in _checked:
             return _checked[cache_key]
     try:
-        rows = sc.parallelize([0], 1).mapPartitions(_probe_function()).collect()
+        tasks = max(1, min(int(sc.defaultParallelism), PROBE_TASKS_MAX))
+        rows = sc.parallelize(range(tasks), tasks).mapPartitions(_probe_function()).collect()
     except Exception as exc:  # the worker could not even start or unpickle the probe
         err = ExecutorEnvironmentError(
             f"{task_reason(exc)} -- Spark executors cannot run Python tasks for joinstate "
@@ -105,7 +116,8 @@ def check_executors(spark: SparkSession, *, force: bool = False) -> dict[str, An
         )
         err.spark_error = exc
         raise err from None
-    info: dict[str, Any] = rows[0] if rows else {}
+    # A task that could not import the packages reports why; any one of them says it.
+    info: dict[str, Any] = next((r for r in rows if "error" in r), rows[0] if rows else {})
     if "error" in info:
         err = ExecutorEnvironmentError(
             f"{info['error']} -- Spark executors run {info.get('python')} (Python "

@@ -11,7 +11,12 @@ where a row goes and how it is stored:
   and ``StateStore.join`` refuses a shard whose spec differs;
 * the population step: its operation id while it runs (``populating``: kept if it
   fails, so that ``populate(resume=True)`` continues into the same output directory)
-  and once it has completed (``populated``).
+  and once it has completed (``populated``);
+* with ``checkpoint_uri``, the durable location of the shards and, per shard, the id of
+  its last **committed** checkpoint (``checkpoints``).  The driver records them after
+  every successful job; a task opens its shard as exactly that checkpoint
+  (:class:`ShardStorage`), so work of a failed job that some shard checkpointed anyway is
+  rolled back on the next access, wherever the shard runs.
 
 Layout of a state directory::
 
@@ -19,16 +24,22 @@ Layout of a state directory::
     <state_dir>/_spark/<join>.json            this manifest
     <state_dir>/_spark/outputs/<operation>/   Parquet output of populate/apply
     <state_dir>/_spark/reports/<operation>.json
+
+With ``checkpoint_uri`` and ``local_dir``, the shard directories are working copies on
+each executor, under ``<local_dir>/<12 hex digits naming the checkpoint_uri>/``, and
+``<checkpoint_uri>/shard-NNNNN/`` holds each shard's checkpoints
+(:mod:`joinstate.checkpoint`).
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +47,23 @@ import pyarrow as pa
 
 from joinstate import JoinSpecMismatchError, Side
 from joinstate.catalog import spec_diff
+from joinstate.checkpoint import DEFAULT_KEEP, child_uri
 from spark_io.args import normalize_how
 from spark_io.errors import ManifestError
 
 if TYPE_CHECKING:
     from joinstate import Join, SideName, StateStore
 
-__all__ = ["FORMAT", "PARTITIONER", "Manifest", "manifest_path", "shard_path"]
+__all__ = [
+    "FORMAT",
+    "PARTITIONER",
+    "Manifest",
+    "ShardStorage",
+    "manifest_path",
+    "other_owners",
+    "shard_key",
+    "shard_path",
+]
 
 FORMAT = 1
 PARTITIONER = "xxh3-canonical-key-mod-shards/spark-murmur3-pmod"
@@ -57,6 +78,86 @@ def shard_path(state_dir: str | Path, shard: int) -> Path:
 def manifest_path(state_dir: str | Path, name: str) -> Path:
     """Where the manifest of join ``name`` lives."""
     return Path(state_dir) / "_spark" / f"{name}.json"
+
+
+def shard_key(shard: int, stage: str | None = None) -> str:
+    """A shard store's path relative to the state directory (and checkpoint location)."""
+    name = f"shard-{shard:05d}"
+    return name if stage is None else f"{stage}/{name}"
+
+
+def other_owners(state_dir: str | Path, mine: Path) -> list[tuple[Path, str | None]]:
+    """Every other join or pipeline manifest in ``state_dir``, with its checkpoint_uri.
+
+    Shard stores are shared by every join of a state directory; a checkpointed shard is
+    replaced by its checkpoint whenever its working copy is not exactly it, which would
+    discard another owner's writes, so a checkpointed state directory has one owner.
+    """
+    folder = Path(state_dir) / "_spark"
+    if not folder.is_dir():
+        return []
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        if path.resolve() == mine.resolve() or path.name.startswith("."):
+            continue
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and "format" in raw:
+            spec = raw["spec"] if isinstance(raw.get("spec"), dict) else raw
+            uri = spec.get("checkpoint_uri")
+            out.append((path, uri if isinstance(uri, str) else None))
+    return out
+
+
+@dataclass(frozen=True)
+class ShardStorage:
+    """Where the shard stores of one join or pipeline live; pickled into every task.
+
+    Without ``checkpoint_uri`` a shard is the directory ``<state_dir>/<key>``, shared by
+    every task that opens it.  With it, the durable copy is ``<checkpoint_uri>/<key>``
+    and a task works on a local copy (:meth:`local_path`) that it opens as exactly the
+    checkpoint ``checkpoints[key]`` (restoring it when the copy is missing, older, or has
+    writes no checkpoint holds) and checkpoints again after writing
+    (:func:`spark_io._worker.open_store`).
+    """
+
+    state_dir: str
+    checkpoint_uri: str | None = None
+    local_dir: str | None = None
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    keep: int = DEFAULT_KEEP
+    committed: dict[str, str] = field(default_factory=dict)
+    """The ids the manifest records, when ``checkpoints`` is ahead of them (an operation
+    of several jobs): kept at the location whatever ``keep`` says, for a rollback."""
+
+    def local_path(self, key: str) -> Path:
+        """The shard's working directory, resolved where this runs (an executor).
+
+        A relative ``local_dir`` is taken from the executor's working directory (its own
+        scratch directory on standalone, YARN and Kubernetes clusters).
+        """
+        if self.checkpoint_uri is None or self.local_dir is None:
+            return Path(self.state_dir) / key
+        tag = hashlib.sha1(self.checkpoint_uri.encode()).hexdigest()[:12]
+        return Path(self.local_dir).absolute() / tag / key
+
+    def uri(self, key: str) -> str:
+        """The shard's checkpoint location."""
+        assert self.checkpoint_uri is not None
+        return child_uri(self.checkpoint_uri, key)
+
+    def exists(self, key: str) -> bool:
+        """Whether the shard holds state (was checkpointed; without checkpoints, on disk)."""
+        if self.checkpoint_uri is not None:
+            return key in self.checkpoints
+        return (self.local_path(key) / "CURRENT").exists()
+
+    def protected(self, key: str) -> list[str]:
+        """Checkpoint ids of ``key`` that retention must keep: expected and committed."""
+        ids = {self.checkpoints.get(key), self.committed.get(key)}
+        return sorted(i for i in ids if i)
 
 
 def _side_to_json(side: Side) -> dict[str, Any]:
@@ -88,6 +189,8 @@ class Manifest:
     populated: str | None = None
     partitioner: str = PARTITIONER
     populating: dict[str, Any] | None = None
+    checkpoint_uri: str | None = None
+    checkpoints: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Spark's join-type aliases ("outer", "leftouter", ...) are stored as joinstate's.
@@ -118,7 +221,14 @@ class Manifest:
             "name": self.name, "shards": self.shards, "how": self.how,
             "suffixes": list(self.suffixes), "partitioner": self.partitioner,
             "left": _side_to_json(self.left), "right": _side_to_json(self.right),
+            "checkpoint_uri": self.checkpoint_uri,
         }
+
+    def storage(self, state_dir: str | Path, local_dir: str | None = None,
+                keep: int = DEFAULT_KEEP) -> ShardStorage:
+        """Where this join's shards live, expecting their committed checkpoints."""
+        return ShardStorage(str(state_dir), self.checkpoint_uri, local_dir,
+                            dict(self.checkpoints), keep)
 
     def check_same(self, other: Manifest, state_dir: str | Path) -> None:
         """Raise :class:`JoinSpecMismatchError` naming every field where the specs differ."""
@@ -135,7 +245,7 @@ class Manifest:
         """The manifest file's text."""
         return json.dumps(
             {"format": FORMAT, **self.spec(), "populated": self.populated,
-             "populating": self.populating},
+             "populating": self.populating, "checkpoints": self.checkpoints},
             indent=2, sort_keys=True,
         )
 
@@ -158,7 +268,8 @@ class Manifest:
                 right=_side_from_json(raw["right"], where),
                 how=str(raw["how"]), suffixes=(str(raw["suffixes"][0]), str(raw["suffixes"][1])),
                 populated=raw.get("populated"), partitioner=str(raw["partitioner"]),
-                populating=raw.get("populating"),
+                populating=raw.get("populating"), checkpoint_uri=raw.get("checkpoint_uri"),
+                checkpoints={str(k): str(v) for k, v in (raw.get("checkpoints") or {}).items()},
             )
         except (KeyError, IndexError, TypeError) as exc:
             raise ManifestError(f"{where} lacks a field: {exc!r}") from exc

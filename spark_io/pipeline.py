@@ -54,6 +54,15 @@ an output fed by several stages or shards (a ``union_all`` of two stages' output
 projection dropping the key) may hold a row in several parts whose weights sum to its
 net change: consumers integrate by summing ``_weight``.
 
+Checkpoints (``checkpoint_uri=``): every (stage, shard) store a job changed is
+checkpointed by its task to ``<checkpoint_uri>/<stage>/shard-NNNNN/``; the driver keeps
+the ids of the checkpoints it has committed in the manifest and commits an operation's
+new ids only when the whole operation succeeded (``populate``: each source's push).  A
+task opens a store as exactly the checkpoint it is given (the committed one, or the one
+an earlier job of the same operation produced) and restores it when its working copy is
+missing, older or ahead, so a failed ``apply`` leaves no trace in any shard, wherever
+its tasks ran, and stores may live on executor-local disk (``local_dir=``).
+
 State layout::
 
     <state_dir>/<stage>/shard-NNNNN        one RocksDB store per (stage, shard)
@@ -64,6 +73,7 @@ State layout::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -88,14 +98,17 @@ from spark_io.errors import ManifestError, PopulationStateError
 from spark_io.executors import check_executors
 from spark_io.job import (
     check_session,
+    checkpoints_of,
     complete_output_dir,
+    failed_apply_note,
+    holds_output,
     open_output_dir,
     operation_id,
     run_job,
     undone_on_failure,
     write_report,
 )
-from spark_io.manifest import PARTITIONER
+from spark_io.manifest import PARTITIONER, ShardStorage, other_owners
 from spark_io.report import JobReport, SparkReport
 from spark_io.routing import SHARD, partition_key_column
 from spark_io.stages import (
@@ -111,7 +124,7 @@ from spark_io.stages import (
 from spark_io.types import arrow_type, spark_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -155,12 +168,21 @@ class SparkPipeline:
     pipeline (manifest, commit records); ``keep_outputs`` is how many operation output
     directories are kept (``None``: all).  The object lives on the driver; run one
     operation at a time per ``state_dir``.
+
+    ``checkpoint_uri``, ``local_dir`` and ``keep_checkpoints`` as for
+    :class:`spark_io.SparkJoin`: stage stores are checkpointed to
+    ``<checkpoint_uri>/<stage>/shard-NNNNN/`` (see the module docstring), their working
+    copies may live on executor-local disk, and the state directory then holds this
+    pipeline alone.  Join types in the definition may be Spark's names
+    (``how="leftouter"``, ``"outer"``, ``"semi"`` ...; see :data:`spark_io.JOIN_TYPES`).
     """
 
     def __init__(
         self, spark: SparkSession, definition: Callable[[Pipeline], object],
         state_dir: str | Path, shards: int = 2, *, name: str = "pipeline",
         options: StoreOptions | None = None, keep_outputs: int | None = 20,
+        checkpoint_uri: str | Path | None = None, local_dir: str | Path | None = None,
+        keep_checkpoints: int = 3,
     ) -> None:
         check_session(spark)
         name = validate_name("pipeline", name)
@@ -172,11 +194,15 @@ class SparkPipeline:
         shards = args.check_shards(shards)
         options = args.check_options(options)
         keep = args.check_keep_outputs(keep_outputs)
+        uri = args.check_checkpoint_uri(checkpoint_uri)
+        local = args.check_local_dir(local_dir, uri)
+        keep_ck = args.check_keep_checkpoints(keep_checkpoints)
         recorder = GraphRecorder(name)
         definition(recorder)
         plan = plan_stages(recorder, name)
         schemas = _spark_schemas(recorder, plan)
         spec = _spec(name, shards, recorder, plan)
+        spec["checkpoint_uri"] = uri
         path = manifest_path(state, name)
         stored: dict[str, Any] | None = None
         if path.exists():
@@ -186,10 +212,11 @@ class SparkPipeline:
                 raise JoinSpecMismatchError(
                     f"pipeline {name!r} in {state} was created with a different definition "
                     f"or shard count ({'; '.join(diffs)}); use a new state_dir (or name)")
+        args.check_sole_owner(other_owners(state, path), uri, state)
         check_executors(spark)  # before the manifest is written: a broken setup leaves none
         if stored is None:
             stored = {"format": FORMAT, "kind": "pipeline", "spec": spec, "populated": None,
-                      "populating": None}
+                      "populating": None, "checkpoints": {}}
             _write_json(path, stored)
         self.spark = spark
         self.name = name
@@ -203,6 +230,35 @@ class SparkPipeline:
         self._manifest = stored
         self._schemas = schemas
         self._owner = f"pipeline~{name}"
+        self.checkpoint_uri: str | None = stored["spec"].get("checkpoint_uri")
+        self.local_dir = local
+        self.keep_checkpoints = keep_ck
+        # The checkpoint each (stage, shard) store is at: the committed ids (manifest),
+        # plus, during an operation, those its jobs produced so far.
+        self._current: dict[str, str] = dict(stored.get("checkpoints") or {})
+
+    @classmethod
+    def from_sql(cls, spark: SparkSession, sql: str, sources: Mapping[str, Any], *,
+                 state_dir: str | Path, shards: int = 2, name: str = "result",
+                 stats: Mapping[str, Any] | None = None, **kwargs: Any) -> SparkPipeline:
+        """A Spark pipeline maintaining ``sql``'s answer as its one output, ``name``.
+
+        ``sources`` maps each source name to a ``pyarrow.Schema`` or a
+        ``planner.sql.Source`` (schema and unique key); ``stats`` optionally maps a source
+        to its row count for the join-order rule.  The SQL is compiled by
+        :func:`planner.sql.define` inside the definition, on the driver, so a query
+        outside the incremental subset raises ``planner.sql.UnsupportedSQLError`` before
+        any Spark job.  The output is a stream of change sets (a Spark pipeline keeps no
+        materialized result to read back), so a final ORDER BY or LIMIT is refused.
+        Other keyword arguments (``options``, ``keep_outputs``, ``checkpoint_uri`` ...)
+        are those of :class:`SparkPipeline`; the pipeline is named ``name`` too.
+        """
+        from planner.sql import define
+
+        def definition(p: Pipeline) -> None:
+            define(p, sql, sources, name=name, materialize=False, stats=stats)
+
+        return cls(spark, definition, state_dir, shards, name=name, **kwargs)
 
     # ---- facts ----------------------------------------------------------------------------
 
@@ -308,8 +364,15 @@ class SparkPipeline:
             for s in order:
                 produced[s] = self._propagate(s, rows[s], out_dir / s, f"spark-populate:{op}:",
                                               jobs)
+                self._commit_checkpoints()  # each source's push is replayed, not redone
             jobs.append(self._control(forget_prefix=f"spark-populate:{op}:"))
-        except Exception as exc:
+            self._commit_checkpoints()
+        except BaseException as exc:
+            self._rollback_checkpoints()
+            if not holds_output(out_dir):  # resume=True creates it again
+                shutil.rmtree(out_dir, ignore_errors=True)
+            if not isinstance(exc, Exception):
+                raise
             exc.add_note(
                 f"populate operation {op} of pipeline {self.name!r} is recorded as "
                 "interrupted: once the cause is fixed, populate(<the same snapshots>, "
@@ -337,10 +400,9 @@ class SparkPipeline:
         t0 = time.perf_counter()
         out_dir, created = open_output_dir(self.outputs_dir, self._owner, op, "apply")
         jobs: list[JobReport] = []
-        with undone_on_failure(out_dir, created, (
-                f"apply operation id {op!r}: stage shards that finished committed it; "
-                f"apply({source!r}, <the same changes>, op_id={op!r}) completes it "
-                "exactly once")):
+        with undone_on_failure(out_dir, created, failed_apply_note(
+                op, f"apply({source!r}, <the same changes>, op_id={op!r})",
+                self.checkpoint_uri is not None)), self._checkpoint_commit():
             produced = self._propagate(source, rows, out_dir / source, f"spark-apply:{op}:",
                                        jobs)
         return self._finish(op, "apply", out_dir, {source: produced}, jobs, t0)
@@ -376,9 +438,10 @@ class SparkPipeline:
             shutil.rmtree(work, ignore_errors=True)  # a failed attempt's leftovers
             jobs: list[JobReport] = []
             try:
-                produced = self._propagate(
-                    source, rows, work / source, f"{prefix}{batch_id}:", jobs,
-                    forget=(prefix, batch_id - retain + 1))
+                with self._checkpoint_commit():
+                    produced = self._propagate(
+                        source, rows, work / source, f"{prefix}{batch_id}:", jobs,
+                        forget=(prefix, batch_id - retain + 1))
                 for o, nid in self.plan.outputs.items():
                     target = base / o / f"batch_id={batch_id}"
                     shutil.rmtree(target, ignore_errors=True)
@@ -443,7 +506,7 @@ class SparkPipeline:
                 else:
                     continue
                 task = StageTask(
-                    self.name, stage, str(self.state_dir), options_to_dict(self.options),
+                    self.name, stage, self._storage(), options_to_dict(self.options),
                     source=inp.name, output_dir=str(out_dir), tag=f"{stage.label}.{inp.name}",
                     commit_id=f"{commit_base}{source}:{stage.label}:{inp.name}",
                     forget_prefix=forget[0] if forget else None,
@@ -451,6 +514,7 @@ class SparkPipeline:
                 )
                 job = run_job(self.spark, self._route(df, stage, inp), task,
                               f"{stage.label}:{inp.name}")
+                self._current.update(checkpoints_of(job))
                 jobs.append(job)
                 for shard in job.shards:
                     for out, n in shard.detail.get("rows", {}).items():
@@ -474,9 +538,41 @@ class SparkPipeline:
         parallel = max(1, min(self.shards, self.spark.sparkContext.defaultParallelism))
         ids = self.spark.range(0, self.shards, 1, numPartitions=parallel)
         task = StageControlTask(self.name, tuple(s.label for s in self.plan.stages),
-                                str(self.state_dir), options_to_dict(self.options),
+                                self._storage(), options_to_dict(self.options),
                                 forget_prefix=forget_prefix)
-        return run_job(self.spark, ids, task, "control")
+        job = run_job(self.spark, ids, task, "control")
+        self._current.update(checkpoints_of(job))
+        return job
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def _storage(self) -> ShardStorage:
+        """Where stage stores live, expecting the checkpoints they are at now."""
+        return ShardStorage(str(self.state_dir), self.checkpoint_uri, self.local_dir,
+                            dict(self._current), self.keep_checkpoints,
+                            committed=dict(self._manifest.get("checkpoints") or {}))
+
+    def _commit_checkpoints(self) -> None:
+        """Record the checkpoints the operation's jobs produced: the commit."""
+        committed = self._manifest.get("checkpoints") or {}
+        if self.checkpoint_uri is None or self._current == committed:
+            return
+        self._manifest["checkpoints"] = dict(self._current)
+        _write_json(manifest_path(self.state_dir, self.name), self._manifest)
+
+    def _rollback_checkpoints(self) -> None:
+        """Forget uncommitted checkpoints: the next task restores the committed ones."""
+        self._current = dict(self._manifest.get("checkpoints") or {})
+
+    @contextlib.contextmanager
+    def _checkpoint_commit(self) -> Iterator[None]:
+        """Commit the block's checkpoints if it succeeds, roll them back if not."""
+        try:
+            yield
+        except BaseException:
+            self._rollback_checkpoints()
+            raise
+        self._commit_checkpoints()
 
     def _finish(self, op: str, kind: str, out_dir: Path, produced: dict[str, set[int]],
                 jobs: list[JobReport], t0: float) -> dict[str, DataFrame]:

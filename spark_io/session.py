@@ -9,10 +9,12 @@ For a cluster, set the same things in ``spark-submit``/``SparkSession.builder``:
 * ``spark.speculation=false``: a speculative copy of a task would meet the shard's
   RocksDB LOCK and fail (one writer per shard);
 * executors' Python must have ``joinstate`` installed (``PYSPARK_PYTHON``);
-* ``state_dir`` must be a path every executor sees as the same directory (shared
-  storage): state on executor-local disk is only correct while every shard stays on
-  one executor, which a cluster does not promise.  (Checkpointing state to a durable
-  URI, which would lift this, is not implemented.)
+* ``state_dir`` must be a path the driver and every executor see as the same
+  directory (shared storage): it holds the manifest and the operation outputs, and,
+  without ``checkpoint_uri``, the shards themselves.  With ``checkpoint_uri`` (a
+  ``pyarrow.fs`` URI every executor reaches) the shards are checkpointed there at each
+  commit and their working copies may be executor-local (``local_dir=``): see
+  :mod:`spark_io.job`.
 """
 
 from __future__ import annotations

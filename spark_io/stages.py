@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from joinstate import Pipeline, SchemaMismatchError, StateLockedError, StateStore, Transaction
+from joinstate import Pipeline, SchemaMismatchError, StateStore, Stream, Transaction
 from joinstate._graph import (
     AggNode,
     FilterNode,
@@ -60,16 +60,21 @@ from joinstate._graph import (
 )
 from joinstate.keys import KeyCodec, KeyColumn, key_plan, single_plan
 from joinstate.names import commit_prefix, pipeline_owner
-from spark_io._worker import _report, by_shard, options_from_dict, parquet_out
-from spark_io.errors import ShardBusyError
-from spark_io.manifest import shard_path
+from spark_io._worker import (
+    OpenShard,
+    _report,
+    by_shard,
+    open_store,
+    options_from_dict,
+    parquet_out,
+)
+from spark_io.args import normalize_how
+from spark_io.manifest import ShardStorage, shard_key
 from spark_io.routing import SHARD
 from spark_io.types import conform_batch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from joinstate import Stream
+    from collections.abc import Callable, Iterator, Sequence
 
 __all__ = [
     "GraphRecorder",
@@ -88,11 +93,25 @@ __all__ = [
 STATEFUL = (JoinNode, AggNode, JoinAllNode)
 
 
+class _RecordedStream(Stream):
+    """A stream of a :class:`GraphRecorder`: ``join`` also takes Spark's join types."""
+
+    __slots__ = ()
+
+    def join(
+        self, other: Stream, on: str | tuple[str, str] | Sequence[str | tuple[str, str]], *,
+        how: str = "inner", suffixes: tuple[str, str] = ("", "_right"),
+    ) -> Stream:
+        """:meth:`joinstate.Stream.join`, with ``how`` any of :data:`spark_io.JOIN_TYPES`."""
+        return super().join(other, on, how=normalize_how(how), suffixes=suffixes)
+
+
 class GraphRecorder(Pipeline):
     """A :class:`joinstate.Pipeline` without a store that records what is built on it.
 
     The driver runs the user's definition on one of these to learn the graph; it is never
-    compiled or pushed to.
+    compiled or pushed to.  Its streams accept Spark's join-type names in ``join(how=)``
+    (``"leftouter"``, ``"outer"``, ``"semi"`` ...), normalised before they are recorded.
     """
 
     def __init__(self, name: str) -> None:
@@ -104,10 +123,21 @@ class GraphRecorder(Pipeline):
         """Add ``node`` (see :meth:`joinstate.Pipeline.add`) and remember it."""
         stream = super().add(node)
         self.recorded_nodes.append(node)
-        return stream
+        return _RecordedStream(self, stream.node)
 
-    def output(self, name: str, stream: Stream) -> None:
-        """Name an output (see :meth:`joinstate.Pipeline.output`) and remember it."""
+    def output(self, name: str, stream: Stream, *, materialize: bool = False,
+               order_by: Sequence[tuple[str, str]] | None = None,
+               limit: int | None = None) -> None:
+        """Name an output (see :meth:`joinstate.Pipeline.output`) and remember it.
+
+        A Spark pipeline returns every output's change sets; it does not keep an
+        output's contents, so ``materialize``, ``order_by`` and ``limit`` are refused.
+        """
+        if materialize or order_by is not None or limit is not None:
+            raise SchemaMismatchError(
+                f"output {name!r}: SparkPipeline returns change sets and does not keep "
+                "materialized outputs (materialize=True, order_by, limit); integrate the "
+                "change sets (sum _weight per row) or use joinstate.Pipeline in-process")
         super().output(name, stream)
         self.recorded_outputs[name] = stream.node
 
@@ -488,22 +518,19 @@ class StageRouter:
 
 
 @contextmanager
-def open_stage_shard(state_dir: str, pipeline: str, stage: str, shard: int,
-                     options: dict[str, Any] | None) -> Iterator[StateStore]:
-    """The store of one (stage, shard), open for the ``with`` block."""
-    path = shard_path(Path(state_dir) / stage, shard)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        store = StateStore(path, options_from_dict(options))
-    except StateLockedError as exc:
-        raise ShardBusyError(
-            f"shard {shard} of stage {stage} of pipeline {pipeline!r} ({path}) is already "
-            "open in another task or process; joinstate allows one writer per shard: run one "
-            "SparkPipeline operation at a time per state_dir, keep spark.speculation off, and "
-            f"close stores opened outside Spark. Cause: {exc}"
-        ) from exc
-    with store:
-        yield store
+def open_stage_shard(storage: ShardStorage, pipeline: str, stage: str, shard: int,
+                     options: dict[str, Any] | None, *, read_only: bool = False
+                     ) -> Iterator[OpenShard]:
+    """The store of one (stage, shard), open for the ``with`` block.
+
+    With a ``checkpoint_uri`` it is checkpointed after writes (see
+    :func:`spark_io._worker.open_store`).
+    """
+    with open_store(storage, shard_key(shard, stage), options_from_dict(options),
+                    read_only=read_only,
+                    owner=f"shard {shard} of stage {stage} of pipeline {pipeline!r}",
+                    hint="run one SparkPipeline operation") as opened:
+        yield opened
 
 
 def forget_commits(store: StateStore, pipeline: str, keep: Callable[[str], bool]) -> int:
@@ -542,7 +569,7 @@ class StageTask:
 
     pipeline: str
     stage: Stage
-    state_dir: str
+    storage: ShardStorage
     options: dict[str, Any] | None
     source: str
     output_dir: str
@@ -558,13 +585,13 @@ class StageTask:
             t0 = time.perf_counter()
             tables = [conform_batch(t, schema) for t in pieces]
             delta = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            with open_stage_shard(self.state_dir, self.pipeline, self.stage.label, shard,
-                                  self.options) as store:
-                p = self.stage.build(store, self.pipeline)
+            with open_stage_shard(self.storage, self.pipeline, self.stage.label, shard,
+                                  self.options) as opened:
+                p = self.stage.build(opened.store, self.pipeline)
                 replayed = p.committed(self.commit_id)
                 outs = p.push(self.source, delta, commit_id=self.commit_id)
                 if self.forget_prefix is not None and self.keep_after is not None:
-                    forget_commits(store, self.pipeline, self._keep)
+                    forget_commits(opened.store, self.pipeline, self._keep)
             rows = {}
             for name, table in outs.items():
                 path = Path(self.output_dir) / name / f"{self.tag}-shard-{shard:05d}.parquet"
@@ -573,7 +600,7 @@ class StageTask:
                 rows[name] = table.num_rows
             yield _report(shard, f"{self.stage.label}:{self.source}", delta.num_rows,
                           sum(rows.values()), time.perf_counter() - t0, replayed=replayed,
-                          detail={"rows": rows})
+                          detail={"rows": rows, "checkpoint": opened.report()})
 
     def _keep(self, commit_id: str) -> bool:
         assert self.forget_prefix is not None and self.keep_after is not None
@@ -586,12 +613,13 @@ class StageControlTask:
     """Visit shards by number (a ``spark.range`` column), every stage's store of each.
 
     Drops commit records whose id starts with ``forget_prefix`` (if given) and reports
-    each existing store; a (stage, shard) no row ever reached has no store and is skipped.
+    each existing store; a (stage, shard) no row ever reached has no store (no directory,
+    no checkpoint) and is skipped.
     """
 
     pipeline: str
     stages: tuple[str, ...]
-    state_dir: str
+    storage: ShardStorage
     options: dict[str, Any] | None
     forget_prefix: str | None = None
 
@@ -601,15 +629,14 @@ class StageControlTask:
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 for stage in self.stages:
-                    if not (shard_path(Path(self.state_dir) / stage, int(shard))
-                            / "CURRENT").exists():
+                    if not self.storage.exists(shard_key(int(shard), stage)):
                         continue
                     t0 = time.perf_counter()
-                    with open_stage_shard(self.state_dir, self.pipeline, stage, int(shard),
-                                          self.options) as store:
+                    with open_stage_shard(self.storage, self.pipeline, stage, int(shard),
+                                          self.options) as opened:
                         dropped = 0
                         if prefix is not None:
                             dropped = forget_commits(
-                                store, self.pipeline, lambda c: not c.startswith(prefix))
+                                opened.store, self.pipeline, lambda c: not c.startswith(prefix))
                     yield _report(int(shard), stage, 0, 0, time.perf_counter() - t0,
-                                  detail={"forgotten": dropped})
+                                  detail={"forgotten": dropped, "checkpoint": opened.report()})

@@ -221,3 +221,32 @@ def test_sharing_names_must_exist(tmp_path: Path) -> None:
     with pytest.raises(SchemaMismatchError, match="share_indexes"):
         joinstate.Pipeline(joinstate.StateStore(tmp_path / "t"), "m",
                            share_indexes={"a": "yes"})  # type: ignore[dict-item]
+
+
+def test_nulls_first_per_key_when_read(tmp_path: Path) -> None:
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "m")
+        a = p.source("a", A)
+        p.output("r", a, materialize=True,
+                 order_by=[("x", "ascending", "at_start"), ("k", "descending")])
+        p.push("a", pa.table({"k": [1, 2, None, 4], "x": [2.0, None, 1.0, None],
+                              "s": ["a", "b", "c", "d"], joinstate.WEIGHT: [1, 1, 1, 1]},
+                             schema=A.append(pa.field(joinstate.WEIGHT, pa.int64()))))
+        got = p.read("r")
+        assert got.column("x").to_pylist() == [None, None, 1.0, 2.0]
+        assert got.column("k").to_pylist() == [4, 2, None, 1]
+
+
+def test_an_expression_failing_on_pushed_rows_is_named_and_applies_nothing(
+        tmp_path: Path) -> None:
+    """int64 overflow inside a projection: ExpressionError naming the operator."""
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "m")
+        s = p.source("s", schema)
+        doubled = s.select({"k": "k", "v2": pc.multiply_checked(pc.field("v"), 2)})
+        p.output("r", doubled.group_by("k").aggregate(t=("sum", "v2")), materialize=True)
+        p.push("s", pa.table({"k": [1], "v": [5], joinstate.WEIGHT: [1]}))
+        with pytest.raises(joinstate.ExpressionError, match=r"project\d+.*multiply_checked"):
+            p.push("s", pa.table({"k": [1, 2], "v": [1, 2**62], joinstate.WEIGHT: [1, 1]}))
+        assert rows(p.read("r")) == Counter({(1, 10): 1})

@@ -21,7 +21,12 @@ from oracle import join_oracle, zset_add, zset_from_table
 
 import joinstate
 import population
+from planner.context import PlannerSettings
+from planner.history import read_history
+from planner.plan import plan_join
+from planner.stats import given
 from population.progress import Progress
+from population.strategy import PRESETS, from_plan
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -245,19 +250,48 @@ def test_small_side_from_strategy_sizes_or_counting(tmp_path: Any) -> None:
             rep = population.populate(j, lsrc, rsrc, strategy=strategy, progress=False, **kw)
             assert (rep.small_side, rep.small_side_from) == want, i
             assert rep.sides["left"].rows == 200 and rep.sides["right"].rows == 1000
-    assert population.small_side({"left": 3, "right": 4}) == "left"
-    assert population.small_side({"left": 4, "right": 4}) == "left"  # a tie goes left
-    assert population.small_side({"left": 5, "right": 4}) == "right"
+            # the report's plan says the same, and explains it
+            assert rep.plan["decisions"][0]["topic"] == "small_side"
+            assert f"small_side: {want[0]}" in rep.explain
 
 
-def test_auto_explains_its_choice(tmp_path: Any) -> None:
+def test_auto_asks_the_planner_and_explains_its_choice(tmp_path: Any) -> None:
+    """``auto`` runs what the planner decides; the report carries the plan's reasons.
+
+    The rules themselves are tested in tests/test_planner_rules.py.
+    """
     left, right = make_data(7, n_left=100, n_right=1000)
     _, _, _, rep = populate_once(tmp_path, "auto", "small-first", left, right)
+    # 1,000 rows is below the bulk threshold: Epsio's policy for a 10x asymmetry
     assert rep.strategy["name"] == "asymmetric" and "10x" in rep.reason
-    assert population.choose({"left": 10, "right": 20}, {}, True).name == "symmetric"
-    assert population.choose({"left": 10, "right": None}, {}, True).name == "symmetric"
-    big = population.choose({"left": 1000, "right": 2_000_000}, {"right": True}, True)
-    assert big.name == "bulk" and "snapshot" in big.reason
+    assert rep.strategy["compaction"] == "epsio"
+    assert rep.strategy["small_memtable"] == "hash_skip_list"
+    assert "strategy: asymmetric" in rep.explain and "memtable: hash_skip_list" in rep.explain
+    strategy = next(d for d in rep.plan["decisions"] if d["topic"] == "strategy")
+    assert strategy["figures"]["ratio"] == 10.0 and strategy["rule"] == "strategy"
+    # A fresh run records what it measured for the planner's next decision.
+    left, right = make_data(7, n_left=500, n_right=6000)
+    path = tmp_path / "bulk"
+    with joinstate.StateStore(path) as store:
+        ls, rs = sides()
+        j = store.join("j", left=ls, right=rs)
+        assert read_history(store, "j").empty
+        rep = population.populate(j, left, right, strategy="auto", progress=False,
+                                  batch_rows=512)
+        assert rep.strategy["name"] == "asymmetric"  # 6,000 < the 100,000-row threshold
+        hist = read_history(store, "j")
+        assert set(hist.population) == {"asymmetric"}
+        assert hist.population["asymmetric"].rows == 6500
+        assert set(hist.push_us_per_row) == {"left", "right"}
+    assert PlannerSettings().bulk_min_rows == 100_000
+
+
+def test_a_fixed_preset_and_the_planners_choice_of_it_are_one_strategy() -> None:
+    """Presets are built from the planner's tables, so ``auto`` picking X runs X."""
+    for name in PRESETS:
+        plan = plan_join(given("left", 10), given("right", 1000), strategy=name)
+        got = from_plan(plan, "join")
+        assert got.replace(reason="") == population.preset(name), name
 
 
 def test_bad_arguments_name_the_culprit(tmp_path: Any) -> None:

@@ -18,8 +18,9 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 from sparkdata import (
     CUSTOMER,
@@ -46,6 +47,8 @@ import spark_io.errors
 from spark_io.errors import translate_task_error
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.spark
@@ -102,6 +105,19 @@ except Exception as exc:
               "is_sparkio": isinstance(exc, spark_io.SparkIOError)}
 result["seconds"] = time.monotonic() - t0
 result["state_exists"] = state.exists()
+
+
+def define(p):
+    p.output("all", p.source("s", __import__("pyarrow").schema([("k", "int64")])))
+
+
+try:
+    spark_io.SparkPipeline(spark, define, state.with_name("pipeline-state"))
+    result["pipeline"] = None
+except Exception as exc:
+    result["pipeline"] = type(exc).__name__
+    result["pipeline_message"] = str(exc)
+result["pipeline_state_exists"] = state.with_name("pipeline-state").exists()
 print("RESULT " + json.dumps(result))
 spark.stop()
 """
@@ -131,7 +147,11 @@ def test_executors_without_joinstate_fail_before_any_job(tmp_path: Path) -> None
     for needle in ("PYSPARK_PYTHON", "spark.pyspark.python", python, sys.executable):
         assert needle in message, (needle, message)
     assert not result["state_exists"]  # checked before the manifest is written
-    assert took < 40, took
+    assert result["pipeline"] == "ExecutorEnvironmentError", result  # SparkPipeline too
+    assert result["pipeline_message"].startswith("ModuleNotFoundError: No module named")
+    assert "PYSPARK_PYTHON" in result["pipeline_message"]
+    assert not result["pipeline_state_exists"]
+    assert took < 60, took
 
 
 def test_check_executors_reports_and_caches(spark: SparkSession) -> None:
@@ -373,3 +393,196 @@ def test_import_without_pyspark_says_what_to_install(tmp_path: Path) -> None:
     assert last.startswith("spark_io.errors.SparkNotInstalledError:")
     assert "pip install 'joinstate[spark]'" in last
     assert len(plain.stderr.splitlines()) < 12  # one short trace, no chained one
+
+
+# ---- 6. checkpoint arguments, checked before anything is written ---------------------------
+
+def test_checkpoint_arguments_are_refused_before_anything_is_written(
+        spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(26)
+    left, right = Counter(customers(rng, 10)), Counter(sales(rng, 10, 5))
+    fresh = tmp_path / "never"
+    bad = [
+        ({"checkpoint_uri": "foo://bucket/x"}, r"checkpoint_uri.*foo://bucket/x"),
+        ({"checkpoint_uri": ""}, r"checkpoint_uri=''"),
+        ({"checkpoint_uri": 7}, r"checkpoint_uri=7"),
+        ({"local_dir": tmp_path / "local"}, r"local_dir=.*needs checkpoint_uri"),
+        ({"checkpoint_uri": tmp_path / "ck", "local_dir": "s3://b/x"}, r"local_dir='s3://b/x'"),
+        ({"checkpoint_uri": tmp_path / "ck", "keep_checkpoints": 0}, r"keep_checkpoints=0"),
+    ]
+    for kw, match in bad:
+        with pytest.raises(joinstate.OptionsError, match=match):
+            make_job(spark, fresh, "inner", left, right, **kw)
+        with pytest.raises(joinstate.OptionsError, match=match):
+            spark_io.SparkPipeline(spark, _pipeline_definition("inner"), fresh, **kw)
+        assert not fresh.exists(), kw
+        assert not (tmp_path / "ck").exists() and not (tmp_path / "local").exists()
+
+    state = tmp_path / "state"
+    make_job(spark, state, "inner", left, right, checkpoint_uri=tmp_path / "ck")
+    manifest = (state / "_spark" / "customer_sales.json").read_text()
+    with pytest.raises(joinstate.JoinSpecMismatchError, match="checkpoint_uri"):
+        make_job(spark, state, "inner", left, right, checkpoint_uri=tmp_path / "other")
+    with pytest.raises(joinstate.JoinSpecMismatchError, match="checkpoint_uri"):
+        make_job(spark, state, "inner", left, right)  # re-attached without checkpoints
+    # A checkpointed state directory holds one join: shard stores are shared by the
+    # joins of a directory, and restoring one would discard the other's writes.
+    with pytest.raises(joinstate.OptionsError, match=r"customer_sales\.json.*one join"):
+        make_job(spark, state, "inner", left, right, name="another")
+    with pytest.raises(joinstate.OptionsError, match=r"customer_sales\.json"):
+        spark_io.SparkPipeline(spark, _pipeline_definition("inner"), state,
+                               checkpoint_uri=tmp_path / "ck2")
+    assert (state / "_spark" / "customer_sales.json").read_text() == manifest
+    assert sorted(p.name for p in (state / "_spark").iterdir()) == ["customer_sales.json"]
+    job = spark_io.SparkJoin.open(spark, "customer_sales", state)
+    assert job.checkpoint_uri == str(tmp_path / "ck")  # from the manifest
+    with pytest.raises(joinstate.OptionsError, match="keep_checkpoints=-1"):
+        spark_io.SparkJoin.open(spark, "customer_sales", state, keep_checkpoints=-1)
+
+
+# ---- 7. SparkPipeline: Spark's join types, its arguments, its outputs ----------------------
+
+PL = pa.schema([("k", pa.int64()), ("v", pa.string())])
+PR = pa.schema([("rk", pa.int32()), ("x", pa.float64())])
+
+
+def _pipeline_definition(how: str) -> Callable[[joinstate.Pipeline], None]:
+    def define(p: joinstate.Pipeline) -> None:
+        left = p.source("l", PL)
+        right = p.source("r", PR, unique_key="rk")
+        p.output("joined", left.join(right, on=("k", "rk"), how=how))
+
+    return define
+
+
+def test_pipeline_takes_spark_join_types(spark: SparkSession, tmp_path: Path) -> None:
+    from spark_io.stages import GraphRecorder, plan_stages
+
+    for alias, expected in sorted(spark_io.JOIN_TYPES.items()):
+        for spelled in (alias, alias.upper()):
+            rec = GraphRecorder("p")
+            _pipeline_definition(spelled)(rec)
+            plan = plan_stages(rec, "p")
+            joins = [n for n in plan.nodes.values() if type(n).__name__ == "JoinNode"]
+            assert [n.how for n in joins] == [expected], spelled
+    sp = spark_io.SparkPipeline(spark, _pipeline_definition("leftouter"), tmp_path / "a")
+    stored = json.loads((tmp_path / "a" / "_spark" / "pipeline-pipeline.json").read_text())
+    assert '"how": "left"' in json.dumps(stored["spec"]["operators"])
+    # Another spelling of the same definition re-attaches.
+    assert spark_io.SparkPipeline(spark, _pipeline_definition("LEFT_OUTER"), tmp_path / "a"
+                                  ).stages == sp.stages
+    with pytest.raises(joinstate.SchemaMismatchError, match=r"how='sideways'.*leftouter"):
+        spark_io.SparkPipeline(spark, _pipeline_definition("sideways"), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_pipeline_arguments_are_refused_before_anything_is_written(
+        spark: SparkSession, tmp_path: Path) -> None:
+    fresh = tmp_path / "never"
+    good = _pipeline_definition("inner")
+
+    def materialized(p: joinstate.Pipeline) -> None:
+        p.output("m", p.source("l", PL), materialize=True)
+
+    def broken(p: joinstate.Pipeline) -> None:
+        p.source("l", PL).join(p.source("r", PR), on=("k", "nope"))
+
+    bad: list[tuple[dict[str, Any], type[BaseException], str]] = [
+        ({"shards": 0}, joinstate.SchemaMismatchError, r"shards=0"),
+        ({"keep_outputs": 0}, joinstate.SchemaMismatchError, r"keep_outputs=0"),
+        ({"name": "a/b"}, joinstate.SchemaMismatchError, r"'a/b'"),
+        ({"options": {"probe": "scan"}}, joinstate.SchemaMismatchError, r"options="),
+        ({"state_dir": "hdfs://nn/x"}, joinstate.SchemaMismatchError, r"state_dir="),
+        ({"definition": "q4"}, joinstate.SchemaMismatchError, r"definition must be a callable"),
+        ({"definition": broken}, joinstate.SchemaMismatchError, r"no column 'nope'"),
+        ({"definition": materialized}, joinstate.SchemaMismatchError,
+         r"output 'm'.*materialize"),
+    ]
+    for kw, cls, match in bad:
+        call: dict[str, Any] = {"definition": good, "state_dir": fresh, **kw}
+        with pytest.raises(cls, match=match):
+            spark_io.SparkPipeline(spark, call.pop("definition"), call.pop("state_dir"),
+                                   **call)
+        assert not fresh.exists(), kw
+    sp = spark_io.SparkPipeline(spark, good, tmp_path / "state")
+    l_frame = spark.createDataFrame([(1, "a")], "k long, v string")
+    for call, cls, match in [
+            (lambda: sp.populate({}), joinstate.SchemaMismatchError, "non-empty dict"),
+            (lambda: sp.populate({"nope": l_frame}), joinstate.SchemaMismatchError,
+             "no source 'nope'"),
+            (lambda: sp.populate({"l": l_frame}, resume="yes"), joinstate.SchemaMismatchError,
+             "resume='yes'"),
+            (lambda: sp.populate({"l": l_frame}, order=["r"]), joinstate.SchemaMismatchError,
+             "order="),
+            (lambda: sp.apply("l", [1]), joinstate.SchemaMismatchError, "pyspark"),
+            (lambda: sp.apply("l", l_frame, op_id="a/b"), joinstate.SchemaMismatchError,
+             "op_id='a/b'"),
+            (lambda: sp.foreach_batch_sink("l", tmp_path / "out", retain=0),
+             joinstate.SchemaMismatchError, "retain=0")]:
+        with pytest.raises(cls, match=match):
+            call()
+    assert not sp.outputs_dir.exists() and not (tmp_path / "out").exists()
+
+
+def test_pipeline_failed_operations_leave_no_output_and_outputs_are_retained(
+        spark: SparkSession, tmp_path: Path) -> None:
+    sp = spark_io.SparkPipeline(spark, _pipeline_definition("inner"), tmp_path / "state",
+                                keep_outputs=2)
+    lf = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    rf = spark.createDataFrame([(1, 1.5)], "rk int, x double")
+    ghost = spark.createDataFrame([(1, 2.5, -1)], "rk int, x double, _weight long")
+    # A population whose first push fails in a task: no empty output directory stays.
+    with pytest.raises(joinstate.OverRetractionError, match=r"\(raised in a Spark task\)"):
+        sp.populate({"r": ghost, "l": lf})
+    assert not sp.outputs_dir.exists() or list(sp.outputs_dir.iterdir()) == []
+    sp.populate({"r": rf, "l": lf}, resume=True)
+    done = sorted(p.name for p in sp.outputs_dir.iterdir())
+    with pytest.raises(joinstate.OverRetractionError) as err:
+        sp.apply("r", ghost, op_id="ghost")
+    message = str(err.value)
+    assert "(raised in a Spark task)" in message
+    assert not message.startswith(("An exception", "Traceback", "org.apache", "[PYTHON"))
+    assert "Traceback" not in message and err.value.__cause__ is None
+    assert any("op_id='ghost'" in n for n in getattr(err.value, "__notes__", []))
+    assert sorted(p.name for p in sp.outputs_dir.iterdir()) == done
+    for i in range(3):
+        sp.apply("l", spark.createDataFrame([(10 + i, "n")], "k long, v string"),
+                 op_id=f"ok-{i}")
+    assert sorted(p.name for p in sp.outputs_dir.iterdir()) == ["ok-1", "ok-2"]
+
+
+# ---- 8. errors raised by the population driver inside a task ---------------------------------
+
+def test_population_error_in_a_task_reaches_the_driver_as_its_class(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_io._worker import PopulateTask
+
+    rng = random.Random(27)
+    left, right = Counter(customers(rng, 20)), Counter(sales(rng, 40, 25))
+    job = make_job(spark, tmp_path / "state", "inner", left, right)
+    run_job = spark_io.SparkJoin._run_job  # noqa: SLF001 (the test wraps the job runner)
+
+    def refusing(self: spark_io.SparkJoin, df: Any, task: Any, side: str) -> Any:
+        if not isinstance(task, PopulateTask):
+            return run_job(self, df, task, side)
+
+        def refuses(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            import population.errors
+
+            for _ in batches:
+                raise population.errors.PopulationInterruptedError(
+                    "left side: the input no longer matches what was loaded (batch 3)")
+            yield from ()
+
+        return run_job(self, df, refuses, side)
+
+    monkeypatch.setattr(spark_io.SparkJoin, "_run_job", refusing)
+    with pytest.raises(population.errors.PopulationInterruptedError) as err:
+        job.populate()
+    message = str(err.value)
+    assert message.startswith("left side: the input no longer matches what was loaded")
+    assert "(raised in a Spark task)" in message
+    assert "Traceback" not in message and "JVM" not in message
+    assert err.value.spark_error is not None  # type: ignore[attr-defined]
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert isinstance(err.value, population.PopulationError)

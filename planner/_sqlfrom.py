@@ -1,0 +1,551 @@
+"""FROM clauses: where each WHERE and ON conjunct goes, and how the items are joined.
+
+The items between outer joins form an *inner group*.  Every conjunct is placed where it
+first can be: on one item (a filter before the joins), as an equi-join key between two
+items, or after the joins that bring its items together; a WHERE conjunct is never
+pushed below an outer join that null-extends one of its items.  The group is then joined
+left-deep in the order the :class:`~planner.rules.join_order.JoinOrder` rule chooses,
+or, when at least three items are joined on one common key (every predicate equates one
+column of each, transitively), by one ``Pipeline.join_all``: a delta join whose legs
+share their stream's index (TPC-DS q4's six ``year_total`` legs).  Outer, semi and anti
+joins take the group built so far as their left input.  Items no equality connects are
+refused (a cross product or a non-equi join is not maintained incrementally).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from joinstate.errors import SchemaMismatchError
+from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
+from planner._sqlexpr import ExprCompiler, cast_to
+from planner._sqlscope import (
+    Bound,
+    BoundScope,
+    aliases_of,
+    columns_of,
+    conjuncts,
+    key_family,
+    unique_name,
+)
+from planner._sqltypes import Typed, TypeRuleError, common_type
+from planner.rule import Decision
+from planner.rules.join_order import JoinEdge, JoinInput, JoinOrderContext
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from joinstate import Stream
+    from planner._sqlrel import QueryCompiler
+
+__all__ = ["FromPlanner", "join_bounds"]
+
+_VALID_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+@dataclass
+class _Conj:
+    """A conjunct, the aliases it reads, and whether it has been placed."""
+
+    node: exp.Expr
+    aliases: frozenset[str]
+    used: bool = False
+
+
+def join_bounds(left: Bound, right: Bound, pairs: Sequence[tuple[str, str]], how: str
+                ) -> tuple[Bound, dict[str, str], dict[str, str]]:
+    """``left`` joined with ``right`` on stream column ``pairs``.
+
+    Also returns how each side's stream columns are named in the output (the right
+    side's map is empty for semi and anti joins).
+    """
+    left, right, pairs = _align_keys(left, right, pairs)
+    left, right, pairs = _distinct_keys(left, right, pairs)
+    taken = set(left.stream.columns)
+    suffix = "_" + (right.aliases[0] if len(right.aliases) == 1 else "right")
+    k = 1
+    while any(c + suffix in taken or (c + suffix in right.stream.columns)
+              for c in right.stream.columns if c in taken):
+        suffix = f"_{right.aliases[0]}{k}"
+        k += 1
+    try:
+        out = left.stream.join(right.stream, on=list(pairs), how=how,
+                               suffixes=("", suffix))
+    except SchemaMismatchError as exc:
+        raise SQLError(f"join of {left.label} and {right.label} on {list(pairs)}: {exc}"
+                       ) from exc
+    names = out.columns
+    nl = len(left.stream.columns)
+    lmap = dict(zip(left.stream.columns, names[:nl], strict=True))
+    refs = {k2: lmap[v] for k2, v in left.refs.items()}
+    aliases = left.aliases
+    rmap: dict[str, str] = {}
+    if how not in ("left_semi", "left_anti"):
+        rmap = dict(zip(right.stream.columns, names[nl:], strict=True))
+        refs.update({k2: rmap[v] for k2, v in right.refs.items()})
+        aliases = left.aliases + right.aliases
+    label = f"({left.label} {how} {right.label})"
+    return Bound(out, refs, aliases, label), lmap, rmap
+
+
+def _align_keys(left: Bound, right: Bound, pairs: Sequence[tuple[str, str]]
+                ) -> tuple[Bound, Bound, list[tuple[str, str]]]:
+    """Key pairs of different types, cast to their common type (as DuckDB compares)."""
+    lcast: dict[str, Any] = {}
+    rcast: dict[str, Any] = {}
+    out = []
+    for lc, rc in pairs:
+        lt, rt = left.stream.schema.field(lc).type, right.stream.schema.field(rc).type
+        if key_family(lt) == key_family(rt):
+            out.append((lc, rc))
+            continue
+        try:
+            t = common_type(Typed(None, lt), Typed(None, rt))
+        except TypeRuleError as exc:
+            raise SQLError(f"join key {left.label}.{lc} = {right.label}.{rc}: {exc}"
+                           ) from exc
+        ln = unique_name(f"__k_{lc}", set(left.stream.columns) | set(lcast))
+        rn = unique_name(f"__k_{rc}", set(right.stream.columns) | set(rcast))
+        lcast[ln] = cast_to(Typed(pc.field(lc), lt), t)
+        rcast[rn] = cast_to(Typed(pc.field(rc), rt), t)
+        out.append((ln, rn))
+    if lcast:
+        left = Bound(left.stream.with_columns(lcast), left.refs, left.aliases, left.label,
+                     left.source, left.unique, left.filtered)
+    if rcast:
+        right = Bound(right.stream.with_columns(rcast), right.refs, right.aliases,
+                      right.label, right.source, right.unique, right.filtered)
+    return left, right, out
+
+
+def _distinct_keys(left: Bound, right: Bound, pairs: Sequence[tuple[str, str]]
+                   ) -> tuple[Bound, Bound, list[tuple[str, str]]]:
+    """A key names each column once: a column used twice is copied under a new name."""
+    out = list(pairs)
+    for side in (0, 1):
+        bound = left if side == 0 else right
+        copies: dict[str, Any] = {}
+        seen: set[str] = set()
+        for n, pair in enumerate(out):
+            col = pair[side]
+            if col in seen:
+                new = unique_name(f"__k_{col}", set(bound.stream.columns) | set(copies))
+                copies[new] = pc.field(col)
+                out[n] = (new, pair[1]) if side == 0 else (pair[0], new)
+            seen.add(col)
+        if copies:
+            bound = Bound(bound.stream.with_columns(copies), bound.refs, bound.aliases,
+                          bound.label, bound.source, bound.unique, bound.filtered)
+            if side == 0:
+                left = bound
+            else:
+                right = bound
+    return left, right, out
+
+
+_OUTER = {"LEFT": "left", "RIGHT": "right", "FULL": "full"}
+
+
+class FromPlanner:
+    """Plans one SELECT's FROM clause and WHERE conjuncts (see the module docstring)."""
+
+    def __init__(self, qc: QueryCompiler, node: exp.Select) -> None:
+        self.qc = qc
+        self.node = node
+        self.column_uses: Counter[tuple[str, str]] = Counter()
+
+    def plan(self) -> Bound:
+        """The FROM clause joined and filtered by WHERE."""
+        node = self.node
+        entries: list[tuple[exp.Expr, exp.Join | None]] = [(node.args["from_"].this, None)]
+        entries += [(j.this, j) for j in node.args.get("joins") or []]
+        local = [e.alias_or_name for e, _ in entries]
+        self.qc.outer_scopes.append(frozenset(local))
+        try:
+            return self._plan(entries)
+        finally:
+            self.qc.outer_scopes.pop()
+
+    def _plan(self, entries: list[tuple[exp.Expr, exp.Join | None]]) -> Bound:
+        node = self.node
+        for c in columns_of(node):
+            self.column_uses[(c.table, c.name)] += 1
+        kinds = [self._kind(j) for _, j in entries]
+        # A WHERE conjunct may be applied inside the group before position k only if no
+        # later outer join null-extends that group (RIGHT and FULL joins do).
+        later_nulls = [any(k in ("right", "full") for k in kinds[i:]) for i in range(
+            len(kinds) + 1)]
+        nulled_later: set[str] = set()
+        for (item, _), kind in zip(entries, kinds, strict=True):
+            if kind in ("left", "full"):
+                nulled_later.add(item.alias_or_name)
+        where = [_Conj(c, frozenset(aliases_of(c)))
+                 for c in conjuncts(node.args.get("where"))]
+        members: list[Bound] = []
+        on_conjs: list[_Conj] = []
+        for i, ((item, join), kind) in enumerate(zip(entries, kinds, strict=True)):
+            bound = self.qc.bind(item)
+            if kind in ("inner", "cross"):
+                members.append(bound)
+                if join is not None:
+                    on_conjs += [_Conj(c, frozenset(aliases_of(c)))
+                                 for c in conjuncts(join.args.get("on"))]
+                continue
+            pool = on_conjs + ([w for w in where if not (w.aliases & nulled_later)]
+                               if not later_nulls[i] else [])
+            left = self._group(members, pool)
+            assert join is not None
+            members = [self._outer_join(left, bound, kind, join)]
+            on_conjs = []
+        pool = on_conjs + [w for w in where if not w.used]
+        result = self._group(members, pool)
+        rest = [w for w in where if not w.used]
+        return self._filter_after(result, rest)
+
+    @staticmethod
+    def _kind(join: exp.Join | None) -> str:
+        if join is None:
+            return "inner"
+        for arg in ("using", "method"):
+            if join.args.get(arg):
+                raise UnsupportedSQLError(f"{str(join.args[arg]).upper()} JOIN {snippet(join)}",
+                                          "only inner, outer, semi and anti equi-joins are "
+                                          "compiled")
+        side = (join.args.get("side") or "").upper()
+        kind = (join.args.get("kind") or "").upper()
+        if side in _OUTER:
+            return _OUTER[side]
+        if kind in ("SEMI", "ANTI"):
+            return f"left_{kind.lower()}"
+        if kind == "CROSS":
+            return "cross"
+        if kind in ("", "INNER", "OUTER"):
+            return "inner"
+        raise UnsupportedSQLError(f"{kind} JOIN {snippet(join)}", "not compiled")
+
+    # ---- filters ----------------------------------------------------------------------
+
+    def _compile_pred(self, bound: Bound, conj: exp.Expr) -> Any:
+        return ExprCompiler(BoundScope(bound, self.qc.outer_aliases())).predicate(conj).expr
+
+    def _filter(self, bound: Bound, conjs: Sequence[_Conj]) -> Bound:
+        """``bound`` filtered by ``conjs`` (IN-subquery conjuncts become semi joins)."""
+        preds = []
+        for c in conjs:
+            c.used = True
+            if isinstance(c.node, exp.In) and self._is_in_subquery(c.node):
+                bound = self._semi(bound, c.node)
+                continue
+            preds.append(self._compile_pred(bound, c.node))
+        if preds:
+            expr = preds[0]
+            for p in preds[1:]:
+                expr = pc.and_kleene(expr, p)
+            bound = Bound(bound.stream.filter(expr), bound.refs, bound.aliases, bound.label,
+                          bound.source, bound.unique, True)
+        return bound
+
+    def _filter_after(self, bound: Bound, conjs: Sequence[_Conj]) -> Bound:
+        for c in conjs:
+            unknown = c.aliases - set(bound.aliases)
+            if unknown:
+                # Columns of an enclosing query: the subquery is correlated.
+                raise UnsupportedSQLError(
+                    f"correlated subquery (it reads {sorted(unknown)} of an enclosing query "
+                    f"in {snippet(c.node)})",
+                    "a subquery that depends on the row of another query is not compiled; "
+                    "rewrite it as a join")
+        return self._filter(bound, conjs)
+
+    @staticmethod
+    def _is_in_subquery(node: exp.Expr) -> bool:
+        return isinstance(node, exp.In) and node.args.get("query") is not None and not \
+            node.args.get("negate")
+
+    def _semi(self, bound: Bound, node: exp.In) -> Bound:
+        """``x IN (SELECT y ...)`` as a WHERE conjunct: a left semi join on ``x = y``."""
+        query = node.args["query"]
+        sub = self.qc.query(query.this if isinstance(query, exp.Subquery) else query)
+        if len(sub.columns) != 1:
+            raise SQLError(f"{snippet(node)}: the subquery returns {len(sub.columns)} "
+                           "columns, IN needs one")
+        v = ExprCompiler(BoundScope(bound, self.qc.outer_aliases())).compile(node.this)
+        stream = bound.stream
+        col = next((c for c in stream.columns if v.expr.equals(pc.field(c))), None)
+        if col is None:
+            col = unique_name("__in", set(stream.columns))
+            stream = stream.with_columns({col: v.expr})
+        left = Bound(stream, bound.refs, bound.aliases, bound.label, bound.source,
+                     bound.unique, True)
+        right = Bound(sub.stream, {}, ("__in",), "IN subquery")
+        out, _, _ = join_bounds(left, right, [(col, sub.columns[0][1])], "left_semi")
+        return Bound(out.stream, out.refs, bound.aliases, bound.label, bound.source,
+                     bound.unique, True)
+
+    # ---- inner groups -----------------------------------------------------------------
+
+    def _group(self, members: list[Bound], pool: list[_Conj]) -> Bound:
+        """Join ``members`` (inner) with the conjuncts of ``pool`` that belong to them."""
+        covered = {a for m in members for a in m.aliases}
+        mine = [c for c in pool if not c.used and c.aliases <= covered]
+        owner = {a: i for i, m in enumerate(members) for a in m.aliases}
+        singles: dict[int, list[_Conj]] = {}
+        edges: list[tuple[int, str, exp.Expr, int, str, exp.Expr, _Conj]] = []
+        multi: list[_Conj] = []
+        consts: list[_Conj] = []
+        for c in mine:
+            owners = {owner[a] for a in c.aliases}
+            if not owners:
+                consts.append(c)
+            elif len(owners) == 1:
+                singles.setdefault(owners.pop(), []).append(c)
+            elif (edge := self._edge(c, owner)) is not None:
+                edges.append(edge)
+            else:
+                multi.append(c)
+        members = [self._filter(m, singles.get(i, [])) for i, m in enumerate(members)]
+        for c in consts:
+            c.used = True
+        if len(members) == 1:
+            return self._filter(members[0], multi + consts)
+        # key columns: each side of an edge as a stream column of its member
+        keyed: list[tuple[int, str, int, str]] = []
+        for li, lname, lexpr, ri, rname, rexpr, conj in edges:
+            conj.used = True
+            members[li], lcol = self._key_column(members[li], lexpr, lname)
+            members[ri], rcol = self._key_column(members[ri], rexpr, rname)
+            keyed.append((li, lcol, ri, rcol))
+        self._connected(members, keyed, multi)
+        joined = self._join_all(members, keyed)
+        if joined is None:
+            joined = self._left_deep(members, keyed, multi)
+        return self._filter(joined, [c for c in multi if not c.used] + consts)
+
+    def _edge(self, c: _Conj, owner: dict[str, int]
+              ) -> tuple[int, str, exp.Expr, int, str, exp.Expr, _Conj] | None:
+        if not isinstance(c.node, exp.EQ):
+            return None
+        la, ra = aliases_of(c.node.left), aliases_of(c.node.right)
+        lo, ro = {owner[a] for a in la}, {owner[a] for a in ra}
+        if len(lo) != 1 or len(ro) != 1 or lo == ro:
+            return None
+        li, ri = lo.pop(), ro.pop()
+        return li, self._expr_name(c.node.left), c.node.left, ri, \
+            self._expr_name(c.node.right), c.node.right, c
+
+    @staticmethod
+    def _expr_name(node: exp.Expr) -> str:
+        while isinstance(node, exp.Paren):
+            node = node.this
+        return node.name if isinstance(node, exp.Column) else ""
+
+    def _key_column(self, bound: Bound, expr: exp.Expr, name: str) -> tuple[Bound, str]:
+        v = ExprCompiler(BoundScope(bound, self.qc.outer_aliases())).compile(expr)
+        col = next((c for c in bound.stream.columns if v.expr.equals(pc.field(c))), None)
+        if col is not None:
+            return bound, col
+        col = unique_name(f"__k_{name or 'expr'}", set(bound.stream.columns))
+        stream = bound.stream.with_columns({col: v.expr})
+        return Bound(stream, bound.refs, bound.aliases, bound.label, bound.source,
+                     bound.unique, bound.filtered), col
+
+    def _connected(self, members: list[Bound], keyed: list[tuple[int, str, int, str]],
+                   multi: list[_Conj]) -> None:
+        reach = {0}
+        changed = True
+        while changed:
+            changed = False
+            for li, _, ri, _ in keyed:
+                if (li in reach) != (ri in reach):
+                    reach |= {li, ri}
+                    changed = True
+        if len(reach) == len(members):
+            return
+        apart = [members[i].label for i in range(len(members)) if i not in reach]
+        joined = [members[i].label for i in sorted(reach)]
+        inside = {a for i in reach for a in members[i].aliases}
+        across = [c for c in multi if c.aliases & inside and c.aliases - inside]
+        if across:
+            raise UnsupportedSQLError(
+                f"non-equi join {snippet(across[0].node)}",
+                f"{', '.join(joined)} and {', '.join(apart)} are joined by no equality: a "
+                "non-equi join changes in proportion to a whole input for one row's change, "
+                "so it is not maintained incrementally; add an equi-join predicate")
+        raise UnsupportedSQLError(
+            f"cross join of {', '.join(joined)} with {', '.join(apart)} in "
+            f"{snippet(self.node)}",
+            "no predicate connects them: a cross product changes in proportion to a whole "
+            "input for one row's change, so it is not maintained incrementally; add an "
+            "equi-join predicate")
+
+    def _join_all(self, members: list[Bound], keyed: list[tuple[int, str, int, str]]
+                  ) -> Bound | None:
+        """One ``join_all`` when >= 3 members are joined on one common key."""
+        if len(members) < 3:
+            return None
+        key: dict[int, str] = {}
+        for li, lc, ri, rc in keyed:
+            for i, c in ((li, lc), (ri, rc)):
+                if key.setdefault(i, c) != c:
+                    return None
+        if len(key) != len(members):
+            return None
+        legs: dict[str, Stream] = {}
+        names: dict[int, str] = {}
+        taken: set[str] = set()
+        for i, m in enumerate(members):
+            base = m.aliases[0] if len(m.aliases) == 1 and _VALID_NAME.match(
+                m.aliases[0]) else f"leg{i}"
+            names[i] = unique_name(base, taken)
+            legs[names[i]] = m.stream
+        out_cols = [f"{names[i]}_{c}" for i, m in enumerate(members) for c in m.stream.columns]
+        if len(set(out_cols)) != len(out_cols):
+            return None  # leg_column names would collide: binary joins instead
+        stream = self.qc.pipeline.join_all(legs, on={names[i]: key[i] for i in names})
+        refs: dict[tuple[str, str], str] = {}
+        for i, m in enumerate(members):
+            refs.update({k: f"{names[i]}_{v}" for k, v in m.refs.items()})
+        aliases = tuple(a for m in members for a in m.aliases)
+        on = ", ".join(f"{m.label}.{key[i]}" for i, m in enumerate(members))
+        self.qc.record(Decision(
+            topic="join_all", subject=f"FROM {', '.join(m.label for m in members)}",
+            choice={names[i]: key[i] for i in names},
+            reason=(f"{len(members)} inputs joined on one key ({on}): one N-way delta join, "
+                    "no intermediate join state; legs that filter one stream share its "
+                    "index"),
+            figures={"legs": len(members)}, rule="sql"))
+        return Bound(stream, refs, aliases, f"join_all({', '.join(names.values())})")
+
+    def _left_deep(self, members: list[Bound], keyed: list[tuple[int, str, int, str]],
+                   multi: list[_Conj]) -> Bound:
+        labels = {}
+        taken: set[str] = set()
+        for i, m in enumerate(members):
+            labels[i] = unique_name(m.label, taken)
+        inputs = []
+        for i, m in enumerate(members):
+            keys = {c for li, lc, ri, rc in keyed for j, c in ((li, lc), (ri, rc)) if j == i}
+            width = sum(1 for (a, c), n in self.column_uses.items()
+                        if a in m.aliases and m.refs.get((a, c)) not in keys)
+            inputs.append(JoinInput(
+                name=labels[i], source=m.source,
+                rows=self.qc.sources[m.source.lower()].rows if m.source else None,
+                unique_keys=m.unique, filtered=m.filtered, width=width))
+        edges = tuple(JoinEdge(labels[li], labels[ri], (lc,), (rc,))
+                      for li, lc, ri, rc in keyed)
+        ctx = JoinOrderContext(tuple(inputs), edges, f"FROM {', '.join(labels.values())}")
+        order = self.qc.join_order(ctx)
+        by_label = {labels[i]: i for i in labels}
+        seq = [by_label[n] for n in order]
+        parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+        def find(x: tuple[int, str]) -> tuple[int, str]:
+            while parent.get(x, x) != x:
+                x = parent[x]
+            return x
+
+        cur = members[seq[0]]
+        colmap: dict[int, dict[str, str]] = {seq[0]: {c: c for c in cur.stream.columns}}
+        for i in seq[1:]:
+            pairs: list[tuple[str, str]] = []
+            extra: list[tuple[str, str]] = []  # more columns equal to a key column used
+            seen: set[tuple[tuple[int, str], str]] = set()
+            for li, lc, ri, rc in keyed:
+                if li in colmap and ri == i:
+                    mine, other = (li, lc), rc
+                elif ri in colmap and li == i:
+                    mine, other = (ri, rc), lc
+                else:
+                    continue
+                sig = (find(mine), other)
+                if sig in seen:  # already equal to a column this key is joined on
+                    continue
+                seen.add(sig)
+                if any(o == other for _, o in pairs):
+                    extra.append((colmap[mine[0]][mine[1]], other))
+                else:
+                    pairs.append((colmap[mine[0]][mine[1]], other))
+                parent[find((i, other))] = find(mine)
+            cur, lmap, rmap = join_bounds(cur, members[i], pairs, "inner")
+            colmap = {j: {c: lmap.get(v, v) for c, v in m.items()} for j, m in colmap.items()}
+            colmap[i] = dict(rmap)
+            if extra:  # a key column joined twice: the second equality filters the join
+                cur = self._equal_after(cur, [(a, rmap[b]) for a, b in extra])
+            ready = [c for c in multi if not c.used and c.aliases <= set(cur.aliases)]
+            if ready:
+                cur = self._filter(cur, ready)
+        return cur
+
+    @staticmethod
+    def _equal_after(bound: Bound, pairs: list[tuple[str, str]]) -> Bound:
+        """``bound`` filtered by ``a = b`` for stream column pairs (in their common type)."""
+        expr: Any = None
+        schema = bound.stream.schema
+        for a, b in pairs:
+            ta = Typed(pc.field(a), schema.field(a).type)
+            tb = Typed(pc.field(b), schema.field(b).type)
+            t = common_type(ta, tb)
+            eq = pc.equal(cast_to(ta, t), cast_to(tb, t))
+            expr = eq if expr is None else pc.and_kleene(expr, eq)
+        return Bound(bound.stream.filter(expr), bound.refs, bound.aliases, bound.label,
+                     bound.source, bound.unique, True)
+
+    # ---- outer joins ------------------------------------------------------------------
+
+    def _outer_join(self, left: Bound, right: Bound, kind: str, join: exp.Join) -> Bound:
+        """``left kind JOIN right ON ...``.
+
+        Equalities become keys; a conjunct on the side that is not preserved filters that
+        side first; anything else is refused.
+        """
+        conds = [_Conj(c, frozenset(aliases_of(c)))
+                 for c in conjuncts(join.args.get("on"))]
+        what = f"{kind.upper().replace('LEFT_', '')} JOIN {snippet(join)}"
+        la, ra = set(left.aliases), set(right.aliases)
+        pairs_e: list[tuple[exp.Expr, exp.Expr]] = []
+        lf: list[_Conj] = []
+        rf: list[_Conj] = []
+        for c in conds:
+            outside = c.aliases - la - ra
+            if outside:
+                raise UnsupportedSQLError(
+                    f"{what}", f"the ON condition reads {sorted(outside)}, which is not "
+                    "one of the two sides (a correlated or misplaced condition)")
+            if isinstance(c.node, exp.EQ):
+                l_, r_ = aliases_of(c.node.left), aliases_of(c.node.right)
+                if l_ and r_ and l_ <= la and r_ <= ra:
+                    pairs_e.append((c.node.left, c.node.right))
+                    continue
+                if l_ and r_ and l_ <= ra and r_ <= la:
+                    pairs_e.append((c.node.right, c.node.left))
+                    continue
+            if c.aliases and c.aliases <= ra and kind in ("left", "left_semi", "left_anti"):
+                rf.append(c)
+            elif c.aliases and c.aliases <= la and kind == "right":
+                lf.append(c)
+            else:
+                raise UnsupportedSQLError(
+                    f"ON condition {snippet(c.node)} of {what}",
+                    "an outer join's ON condition must be equalities between the two sides, "
+                    "plus conditions on the side that is not preserved; this one is a "
+                    "non-equi condition or tests the preserved side")
+        if not pairs_e:
+            raise UnsupportedSQLError(what, "an outer, semi or anti join needs at least one "
+                                      "equality between its two sides (a non-equi join is not "
+                                      "maintained incrementally)")
+        if rf:
+            right = self._filter(right, rf)
+        if lf:
+            left = self._filter(left, lf)
+        pairs = []
+        for le, re_ in pairs_e:
+            left, lc = self._key_column(left, le, self._expr_name(le))
+            right, rc = self._key_column(right, re_, self._expr_name(re_))
+            pairs.append((lc, rc))
+        return join_bounds(left, right, pairs, kind)[0]

@@ -1,0 +1,232 @@
+"""What the SQL compiler's passes share: relations, their SQL names, scopes, AST helpers.
+
+A :class:`Rel` is a compiled query (a stream and its SQL-visible columns); a
+:class:`Bound` is a FROM item, or several joined, with every ``(alias, column)`` of the
+SQL scope mapped to its stream column, so the SQL never depends on how the streams name
+things (a join suffixes colliding right-hand names).  :class:`BoundScope` and
+:class:`AggScope` tell :mod:`planner._sqlexpr` what names mean before and after a
+GROUP BY.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
+from planner._sqltypes import Typed, is_decimal, is_float, is_integer, is_string
+
+if TYPE_CHECKING:
+    from joinstate import Stream
+
+__all__ = [
+    "AggScope",
+    "Bound",
+    "BoundScope",
+    "OrderItem",
+    "Rel",
+    "SourceSpec",
+    "agg_key",
+    "aliases_of",
+    "columns_of",
+    "conjuncts",
+    "find_aggs",
+    "key_family",
+    "unique_name",
+]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A source the SQL may read: its pipeline name, schema, unique key and row count."""
+
+    name: str
+    schema: pa.Schema
+    unique_key: tuple[str, ...] | None = None
+    rows: int | None = None
+
+
+@dataclass
+class Rel:
+    """A compiled query: its stream and its SQL-visible columns ``(name, stream column)``."""
+
+    stream: Stream
+    columns: list[tuple[str, str]]
+    nulls: frozenset[str] = frozenset()
+    """Stream columns that are a bare NULL (typed INTEGER until a UNION gives them a type)."""
+
+
+@dataclass
+class Bound:
+    """A FROM item (or a join of several) with its SQL names.
+
+    ``refs`` maps ``(alias, column)`` (lower case, as qualified) to the stream column;
+    ``source`` is the source it reads directly, ``unique`` the stream columns known
+    unique together, ``filtered`` whether a filter was applied to it.
+    """
+
+    stream: Stream
+    refs: dict[tuple[str, str], str]
+    aliases: tuple[str, ...]
+    label: str
+    source: str | None = None
+    unique: tuple[tuple[str, ...], ...] = ()
+    filtered: bool = False
+
+
+@dataclass(frozen=True)
+class OrderItem:
+    """One final ORDER BY key: output column, direction, NULLs first."""
+
+    column: str
+    descending: bool
+    nulls_first: bool
+
+
+# ---- scopes ----------------------------------------------------------------------------
+
+
+class BoundScope:
+    """Column references of a FROM clause, resolved through a :class:`Bound`."""
+
+    def __init__(self, bound: Bound, outer: frozenset[str] = frozenset()) -> None:
+        self.bound = bound
+        self.outer = outer
+
+    def column(self, node: exp.Column) -> Typed:
+        """The stream column of ``alias.column``."""
+        key = (node.table, node.name)
+        col = self.bound.refs.get(key)
+        if col is None:
+            if node.table and node.table not in self.bound.aliases and (
+                    node.table in self.outer or not any(
+                        a == node.table for a, _ in self.bound.refs)):
+                raise UnsupportedSQLError(
+                    f"correlated subquery (it reads {snippet(node)} of an enclosing query)",
+                    "a subquery that depends on the row of another query is not "
+                    "compiled; rewrite it as a join")
+            raise SQLError(f"column {snippet(node)} is not available here")
+        return Typed(pc.field(col), self.bound.stream.schema.field(col).type)
+
+    def lookup(self, node: exp.Expr) -> Typed | None:
+        """Nothing is pre-computed before an aggregate."""
+        del node
+        return None
+
+
+class AggScope:
+    """After GROUP BY: group keys and aggregates are columns of the aggregate's output."""
+
+    def __init__(self, stream: Stream, keys: list[tuple[exp.Expr, str]],
+                 aggs: dict[str, Typed]) -> None:
+        self.stream = stream
+        self.keys = keys
+        self.aggs = aggs
+
+    def column(self, node: exp.Column) -> Typed:
+        """A column that is neither a group key nor inside an aggregate: an error."""
+        raise SQLError(f"column {snippet(node)} must appear in the GROUP BY clause or be "
+                       "used in an aggregate function")
+
+    def lookup(self, node: exp.Expr) -> Typed | None:
+        """Group key expressions and aggregate calls."""
+        for expr, col in self.keys:
+            if node == expr:
+                return Typed(pc.field(col), self.stream.schema.field(col).type)
+        if isinstance(node, exp.AggFunc | exp.Filter):
+            return self.aggs.get(agg_key(node))
+        return None
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def agg_key(node: exp.Expr) -> str:
+    return node.sql(dialect="duckdb")
+
+
+def is_query(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Select | exp.Union | exp.Intersect | exp.Except
+                      | exp.Subquery)
+
+
+def columns_of(node: exp.Expr) -> list[exp.Column]:
+    """Column references in ``node``, not descending into nested queries."""
+    out: list[exp.Column] = []
+    stack: list[exp.Expr] = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.Column):
+            out.append(n)
+            continue
+        if n is not node and is_query(n):
+            continue
+        stack.extend(n.iter_expressions())
+    return out
+
+
+def aliases_of(node: exp.Expr) -> set[str]:
+    """The table aliases ``node`` reads (nested queries excluded)."""
+    return {c.table for c in columns_of(node)}
+
+
+def find_aggs(node: exp.Expr) -> list[exp.Expr]:
+    """Outermost aggregate calls in ``node`` (nested queries excluded)."""
+    out: list[exp.Expr] = []
+    stack: list[exp.Expr] = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.Window):
+            raise UnsupportedSQLError(
+                f"window function {snippet(n)}", "a window's value depends on other rows "
+                "of its partition; it is not maintained incrementally")
+        if isinstance(n, exp.AggFunc | exp.Filter):
+            out.append(n)
+            continue
+        if n is not node and is_query(n):
+            continue
+        stack.extend(n.iter_expressions())
+    return out
+
+
+def conjuncts(node: exp.Expr | None) -> list[exp.Expr]:
+    """The AND-ed parts of a condition, constant TRUEs dropped."""
+    if node is None:
+        return []
+    if isinstance(node, exp.Where | exp.Having):
+        node = node.this
+    parts = list(node.flatten()) if isinstance(node, exp.And) else [node]
+    out = []
+    for p in parts:
+        while isinstance(p, exp.Paren):
+            p = p.this
+        if isinstance(p, exp.And):
+            out += conjuncts(p)
+        elif not (isinstance(p, exp.Boolean) and p.this is True):
+            out.append(p)
+    return out
+
+
+def unique_name(base: str, taken: set[str]) -> str:
+    name, k = base, 1
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name
+
+
+def key_family(t: pa.DataType) -> str:
+    if is_integer(t):
+        return "int"
+    if is_string(t):
+        return "string"
+    if is_decimal(t):
+        return f"decimal{t.scale}"
+    if is_float(t):
+        return "float"
+    return str(t)

@@ -1,0 +1,471 @@
+"""SQL in, a maintained ``joinstate.Pipeline`` out: :func:`compile`.
+
+::
+
+    import planner
+    p = planner.compile(
+        "SELECT d_year, sum(ss_net_paid) AS paid FROM store_sales, date_dim "
+        "WHERE ss_sold_date_sk = d_date_sk GROUP BY d_year ORDER BY paid DESC LIMIT 10",
+        {"store_sales": sales_schema, "date_dim": planner.Source(dates_schema, "d_date_sk")},
+        store=store, name="paid_per_year")
+    outs = p.push("store_sales", delta)   # {"paid_per_year": the answer's change set}
+    p.read("paid_per_year")               # the current answer, ordered, first 10 rows
+
+How.  sqlglot parses DuckDB's dialect; its optimizer qualifies every column with its
+table alias (``qualify``), rewrites conditions in conjunctive normal form
+(``normalize``) and turns derived tables into CTEs, merging identical ones
+(``eliminate_subqueries``).  ``pushdown_predicates`` is not used: it runs sqlglot's
+``simplify``, which rewrites ``f + 0.1 > 0.3`` as ``f > 0.2`` (not the same for a
+DOUBLE, nor for an integer that overflows); the FROM planner places every conjunct
+itself.  :mod:`planner._sqlrel` then visits the normalised tree (one method per node
+type) and builds the pipeline, :mod:`planner._sqlfrom` plans each FROM clause's joins
+(their order from the ``join_order`` rule), and :mod:`planner._sqlexpr` translates
+scalar expressions with DuckDB's types (:mod:`planner._sqltypes`).  The answer is one
+materialized output: its change sets come out of every ``push``, and the final
+``ORDER BY ... LIMIT`` is applied when it is read.
+
+The subset.  SELECT with projections and arithmetic; WHERE filters and equi-joins
+(comma joins, ``JOIN ... ON``/``USING``, inner, left/right/full outer, DuckDB's SEMI and
+ANTI joins); ``x IN (SELECT ...)`` conjuncts (semi joins); GROUP BY with SUM, COUNT,
+COUNT(*), MIN, MAX, AVG (also with ``FILTER (WHERE ...)``); HAVING; SELECT DISTINCT;
+UNION ALL and UNION; WITH (each CTE one shared subgraph); IN lists, BETWEEN, CASE,
+IS [NOT] NULL, [I]LIKE, CAST, COALESCE, NULLIF, a few functions; a final ORDER BY and
+LIMIT.  Anything else raises :class:`UnsupportedSQLError` quoting the construct and
+saying why.
+
+Semantics are DuckDB's (the tests compare with DuckDB on random changes), with one
+deliberate difference: ``SUM``/``AVG`` of ``x / c`` (``x`` an integer or decimal, ``c`` a
+non-zero constant) sums ``x`` exactly and divides once, so deleting rows gives back the
+value computed without them (a float sum maintained under deletes drifts); the result
+differs from DuckDB's row-by-row float sum only in the last bits.  ``SUM`` of integers is
+BIGINT (DuckDB: HUGEINT; equal values, and an overflow raises).  An aggregate without
+GROUP BY has its one row (zero counts, NULL sums) when no row qualifies, but only once
+some source of the query has a row: before anything is pushed it has none (DuckDB: one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+from sqlglot.optimizer.normalize import normalize
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import MappingSchema
+
+import joinstate
+from joinstate.errors import SchemaMismatchError
+from planner._sqlerrors import SQLError, UnsupportedSQLError, quoting, snippet
+from planner._sqlrel import OrderItem, QueryCompiler, SourceSpec, output_order
+from planner._sqltypes import describe
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from planner.rule import Decision
+
+__all__ = ["SQLError", "SQLPlan", "Source", "UnsupportedSQLError", "compile", "define", "plan"]
+
+DIALECT = "duckdb"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source the SQL reads: its schema and, optionally, a unique key.
+
+    ``unique_key`` (a column or columns, no two rows share its values) lets the source's
+    indexes use a keyed layout and tells the join-order rule which joins cannot multiply
+    rows (a dimension joined on its key).
+    """
+
+    schema: pa.Schema
+    unique_key: str | Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schema, pa.Schema):
+            raise SQLError(f"Source(schema=...) must be a pyarrow.Schema, got "
+                           f"{type(self.schema).__name__}")
+        uk = self.unique_key
+        if uk is not None:
+            cols = (uk,) if isinstance(uk, str) else tuple(uk)
+            missing = [c for c in cols if c not in self.schema.names]
+            if not cols or missing:
+                raise SQLError(f"Source(unique_key={uk!r}): {missing or 'no'} column(s) not "
+                               f"in the schema ({self.schema.names})")
+            object.__setattr__(self, "unique_key", cols)
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        """The unique key as a tuple (or None)."""
+        return cast("tuple[str, ...] | None", self.unique_key)
+
+
+@dataclass(frozen=True)
+class SQLPlan:
+    """What :func:`define` built: the output, its columns and order, and the decisions.
+
+    ``decisions`` are the planner's choices (join order, N-way joins), each with its
+    reason; ``qualified_sql`` is the query after sqlglot's normalisation, the text the
+    compiler read.
+    """
+
+    output: str
+    columns: tuple[str, ...]
+    order_by: tuple[OrderItem, ...]
+    limit: int | None
+    sources: tuple[str, ...]
+    decisions: tuple[Decision, ...]
+    qualified_sql: str
+    materialized: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def explain(self) -> str:
+        """The plan in words: sources, output, and every decision with its reason."""
+        order = ", ".join(f"{o.column} {'DESC' if o.descending else 'ASC'}"
+                          f"{' NULLS FIRST' if o.nulls_first else ''}" for o in self.order_by)
+        lines = [f"output {self.output!r}: columns {list(self.columns)}"
+                 + (f", ORDER BY {order}" if order else "")
+                 + (f", LIMIT {self.limit}" if self.limit is not None else "")
+                 + (" (materialized)" if self.materialized else ""),
+                 f"sources: {', '.join(self.sources)}"]
+        for d in self.decisions:
+            lines.append(f"  {d.topic} [{d.rule}] {d.subject}: {d.choice} -- {d.reason}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None
+           ) -> dict[str, SourceSpec]:
+    if not hasattr(sources, "items"):
+        raise SQLError(f"sources must be a mapping of source name -> pyarrow.Schema or "
+                       f"planner.Source, got {type(sources).__name__}")
+    out: dict[str, SourceSpec] = {}
+    for name, s in sources.items():
+        if not isinstance(name, str):
+            raise SQLError(f"source names must be strings, got {name!r}")
+        src = s if isinstance(s, Source) else Source(s) if isinstance(s, pa.Schema) else None
+        if src is None:
+            raise SQLError(f"sources[{name!r}] must be a pyarrow.Schema or planner.Source, got "
+                           f"{type(s).__name__}")
+        low = {c.lower() for c in src.schema.names}
+        if len(low) != len(src.schema.names):
+            raise SQLError(f"source {name!r}: column names differ only in case "
+                           f"({src.schema.names}); SQL names are case-insensitive")
+        if name.lower() in out:
+            raise SQLError(f"sources {out[name.lower()].name!r} and {name!r} differ only in "
+                           "case; SQL table names are case-insensitive")
+        rows = None
+        if stats is not None and name in stats:
+            rows = _rows(stats[name], name)
+        out[name.lower()] = SourceSpec(name, src.schema, src.key, rows)
+    if stats is not None:
+        unknown = set(stats) - {s.name for s in out.values()}
+        if unknown:
+            raise SQLError(f"stats for {sorted(unknown)}, which are not sources "
+                           f"({sorted(s.name for s in out.values())})")
+    return out
+
+
+def _rows(value: object, name: str) -> int | None:
+    rows = getattr(value, "rows", value)
+    if rows is None:
+        return None
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise SQLError(f"stats[{name!r}] must be a row count (int >= 0) or an object with a "
+                       f"`rows` attribute, got {value!r}")
+    return rows
+
+
+def _sql_type(t: pa.DataType) -> str:
+    name = describe(t)
+    return name if name.replace("(", "").replace(")", "").replace(",", "").isalnum() or \
+        name.startswith("DECIMAL") else "UNKNOWN"
+
+
+# ---- checks on the text as written ----------------------------------------------------
+
+
+def _precheck(tree: exp.Expr) -> None:
+    """Refuse what the optimizer passes would choke on, quoting the user's own text."""
+    if not isinstance(tree, exp.Select | exp.Union | exp.Intersect | exp.Except):
+        raise UnsupportedSQLError(f"statement {snippet(tree)}", "only a SELECT query is "
+                                  "compiled")
+    for n in tree.walk():
+        if isinstance(n, exp.Window):
+            raise UnsupportedSQLError(f"window function {snippet(n)}", "a window's value "
+                                      "depends on other rows of its partition; it is not "
+                                      "maintained incrementally")
+        if isinstance(n, exp.Values):
+            raise UnsupportedSQLError(f"VALUES {snippet(n)}", "a constant relation has no "
+                                      "source to maintain; pass it as a source")
+        if isinstance(n, exp.Lateral):
+            raise UnsupportedSQLError(f"LATERAL {snippet(n)}", "not compiled")
+        if isinstance(n, exp.With) and n.args.get("recursive"):
+            raise UnsupportedSQLError(f"WITH RECURSIVE {snippet(n)}",
+                                      "recursive queries are not compiled")
+        if isinstance(n, exp.AggFunc) and isinstance(n.this, exp.Distinct):
+            raise UnsupportedSQLError(f"DISTINCT aggregate {snippet(n)}", "an aggregate of "
+                                      "distinct values needs every value's count per group; "
+                                      "not compiled")
+        if isinstance(n, exp.Intersect | exp.Except):
+            kind = "INTERSECT" if isinstance(n, exp.Intersect) else "EXCEPT"
+            raise UnsupportedSQLError(f"{kind} {snippet(n)}", f"{kind} is not compiled (only "
+                                      "UNION and UNION ALL)")
+        if n is not tree and isinstance(n, exp.Select | exp.Union):
+            for arg, what in (("order", "ORDER BY"), ("limit", "LIMIT"),
+                              ("offset", "OFFSET")):
+                if n.args.get(arg) is not None:
+                    raise UnsupportedSQLError(
+                        f"{what} inside a subquery or CTE {snippet(n)}",
+                        f"{what} is only compiled at the end of the whole query (it is "
+                        "applied when the materialized result is read); inside a query it "
+                        "would make the rows kept depend on rows outside them")
+    for arg in ("offset",):
+        if tree.args.get(arg) is not None:
+            raise UnsupportedSQLError(f"OFFSET {snippet(tree.args[arg])}",
+                                      "OFFSET is not compiled (only a final LIMIT)")
+
+
+def _known_tables(tree: exp.Expr, specs: Mapping[str, SourceSpec]) -> None:
+    """Every table read is a source or a CTE (else qualify would blame a column)."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for t in tree.find_all(exp.Table):
+        if t.name.lower() not in specs and t.name.lower() not in ctes:
+            raise SQLError(f"table {snippet(t)} is neither a CTE nor a source (sources: "
+                           f"{sorted(s.name for s in specs.values())}); pass it in `sources`")
+
+
+def _correlated(tree: exp.Expr) -> None:
+    """Refuse subqueries that read columns of an enclosing query (after qualify)."""
+    from sqlglot.optimizer.scope import traverse_scope
+
+    for scope in traverse_scope(tree):
+        if scope.external_columns:
+            cols = sorted({snippet(c) for c in scope.external_columns})
+            raise UnsupportedSQLError(
+                f"correlated subquery {snippet(scope.expression)} (it reads {', '.join(cols)} "
+                "of the enclosing query)",
+                "a subquery that depends on the row of another query is not maintained "
+                "incrementally; rewrite it as a join")
+
+
+# ---- names of the answer's columns ----------------------------------------------------
+
+
+def _first_select(node: exp.Expr) -> exp.Select | None:
+    while isinstance(node, exp.Union | exp.Subquery):
+        node = node.this
+    return node if isinstance(node, exp.Select) else None
+
+
+def _display_names(raw: exp.Expr, qualified: exp.Expr, specs: Mapping[str, SourceSpec]
+                   ) -> list[str]:
+    """The answer's column names as DuckDB shows them.
+
+    Aliases as written, source columns in their schema's case, other expressions as
+    their SQL text.
+    """
+    qsel = _first_select(qualified)
+    rsel = _first_select(raw)
+    assert qsel is not None
+    real = {c.lower(): c for s in specs.values() for c in s.schema.names}
+    names = []
+    raw_items = list(rsel.expressions) if rsel is not None else []
+    aligned = len(raw_items) == len(qsel.expressions) and not any(
+        isinstance(r, exp.Star) or (isinstance(r, exp.Column) and isinstance(r.this, exp.Star))
+        for r in raw_items)
+    for i, q in enumerate(qsel.expressions):
+        r = raw_items[i] if aligned else None
+        if isinstance(r, exp.Alias):
+            names.append(r.alias)
+        elif isinstance(r, exp.Column) or (r is None and isinstance(q, exp.Alias)
+                                           and isinstance(q.this, exp.Column)):
+            name = r.name if r is not None else q.alias_or_name
+            names.append(real.get(name.lower(), name))
+        elif r is not None:
+            if isinstance(r, exp.Count) and isinstance(r.this, exp.Star):
+                names.append("count_star()")
+            else:
+                names.append(r.sql(dialect=DIALECT, normalize_functions="lower"))
+        else:
+            names.append(q.alias_or_name)
+    taken: set[str] = set()
+    out = []
+    for n in names:
+        base, k, name = n, 1, n
+        while name in taken:
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+# ---- entry points ---------------------------------------------------------------------
+
+
+def _parse(sql: str) -> exp.Expr:
+    if not isinstance(sql, str):
+        raise SQLError(f"sql must be a string, got {type(sql).__name__}")
+    try:
+        trees = sqlglot.parse(sql, read=DIALECT)
+    except ParseError as exc:
+        raise SQLError(f"the SQL does not parse as DuckDB's dialect: {exc}") from exc
+    found = [t for t in trees if t is not None]
+    if len(found) != 1:
+        raise SQLError(f"expected one SQL statement, got {len(found)}")
+    return found[0]
+
+
+def _normalise(tree: exp.Expr, specs: Mapping[str, SourceSpec]) -> exp.Expr:
+    schema = MappingSchema(
+        {s.name: {f.name: _sql_type(f.type) for f in s.schema} for s in specs.values()},
+        dialect=DIALECT)
+    try:
+        q = qualify(tree, dialect=DIALECT, schema=schema, validate_qualify_columns=True,
+                    quote_identifiers=True)
+    except OptimizeError as exc:
+        raise SQLError(f"{exc} (sources: {sorted(s.name for s in specs.values())})") from exc
+    _correlated(q)
+    try:
+        q = normalize(q)
+        _factor_disjunctions(q)
+        q = eliminate_subqueries(q)
+    except SqlglotError as exc:
+        raise SQLError(f"sqlglot could not normalise the query: {exc}") from exc
+    return q
+
+
+def _factor_disjunctions(tree: exp.Expr) -> None:
+    """Add the conjuncts every branch of a WHERE disjunction shares as conjuncts of their own.
+
+    ``(a AND b) OR (a AND c)`` implies ``a``: adding ``a`` beside the disjunction changes no
+    answer, and an equality ``a`` becomes a join key instead of leaving the join a cross
+    product filtered afterwards (TPC-DS q13 and q48 repeat their join predicates in every
+    branch).  sqlglot's ``normalize`` finds the same factors, but gives up on large
+    conditions (its distance limit), which is where they matter.
+    """
+    for where in list(tree.find_all(exp.Where)):
+        parts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+        extra: list[exp.Expr] = []
+        have = {p.sql() for p in parts}
+        for part in parts:
+            inner = part.unnest() if isinstance(part, exp.Paren) else part
+            if not isinstance(inner, exp.Or):
+                continue
+            branches = [b.unnest() for b in inner.flatten()]
+            sets = []
+            for b in branches:
+                conj = list(b.flatten()) if isinstance(b, exp.And) else [b]
+                sets.append({c.unnest().sql(): c.unnest() for c in conj})
+            common = set(sets[0]).intersection(*sets[1:])
+            for key in sorted(common - have):
+                extra.append(sets[0][key].copy())
+                have.add(key)
+        if extra:
+            where.set("this", exp.and_(where.this, *extra))
+
+
+def define(p: joinstate.Pipeline, sql: str, sources: Mapping[str, Any], *,
+           name: str = "result", materialize: bool = True,
+           stats: Mapping[str, Any] | None = None) -> SQLPlan:
+    """Build ``sql`` on pipeline ``p``: one source per table read, one output ``name``.
+
+    ``materialize=True`` declares the output materialized with the final ORDER BY and
+    LIMIT, so ``p.read(name)`` returns the current answer; with ``False`` (a pipeline
+    recorded for Spark) a final ORDER BY or LIMIT is refused.  ``stats`` maps a source
+    name to its row count (or to an object with a ``rows`` attribute, such as
+    ``planner.stats.SourceStats``), which the join-order rule reads.
+    """
+    specs = _specs(sources, stats)
+    raw = _parse(sql)
+    explicit = frozenset(a.name.lower() for a in raw.find_all(exp.TableAlias) if a.name)
+    with quoting(explicit):
+        return _define(p, raw, specs, name=name, materialize=materialize)
+
+
+def _define(p: joinstate.Pipeline, raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
+            name: str, materialize: bool) -> SQLPlan:
+    _precheck(raw)
+    _known_tables(raw, specs)
+    root = _normalise(raw.copy(), specs)
+    order = root.args.get("order")
+    limit_node = root.args.get("limit")
+    limit = _limit(limit_node)
+    if not materialize and (order is not None or limit is not None):
+        what = snippet(cast("exp.Expr", order if order is not None else limit_node))
+        raise UnsupportedSQLError(
+            f"final ORDER BY/LIMIT {what}", "an output that is not materialized is a stream "
+            "of change sets, which have no order and no first rows; drop them or "
+            "materialize the output")
+    body = root.copy()
+    body.set("order", None)
+    body.set("limit", None)
+    display = _display_names(raw, root, specs)
+    qc = QueryCompiler(p, specs)
+    rel = qc.query(body, names=display)
+    sel = _first_select(root) if isinstance(root, exp.Select) else None
+    items = output_order(order, list(sel.expressions) if sel is not None else None,
+                         rel.columns)
+    order_by: list[Any] = []
+    for o in items:
+        direction = "descending" if o.descending else "ascending"
+        order_by.append((o.column, direction, "at_start") if o.nulls_first
+                        else (o.column, direction))
+    try:
+        if materialize:
+            p.output(name, rel.stream, materialize=True, order_by=order_by or None,
+                     limit=limit)
+        else:
+            p.output(name, rel.stream)
+    except SchemaMismatchError as exc:
+        if any(len(o) == 3 for o in order_by):
+            raise UnsupportedSQLError(
+                f"ORDER BY ... NULLS FIRST {snippet(cast('exp.Expr', order))}",
+                "this joinstate version sorts a materialized output with NULLs last only "
+                f"({exc})") from exc
+        raise SQLError(f"output {name!r}: {exc}") from exc
+    return SQLPlan(
+        output=name, columns=tuple(c for _, c in rel.columns), order_by=tuple(items),
+        limit=limit, sources=tuple(qc.streams), decisions=tuple(qc.decisions),
+        qualified_sql=root.sql(dialect=DIALECT, pretty=True), materialized=materialize)
+
+
+def _limit(node: exp.Expr | None) -> int | None:
+    if node is None:
+        return None
+    count = node.args.get("count") if isinstance(node, exp.Fetch) else node.expression
+    if isinstance(count, exp.Literal) and not count.is_string and count.this.isdigit():
+        return int(count.this)
+    raise UnsupportedSQLError(f"LIMIT {snippet(node)}", "only a constant row count is "
+                              "compiled")
+
+
+def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore,
+            name: str = "result", share_indexes: bool = True,
+            stats: Mapping[str, Any] | None = None) -> joinstate.Pipeline:
+    """A pipeline named ``name`` in ``store`` that maintains ``sql``'s answer.
+
+    ``sources``: source name -> ``pyarrow.Schema`` or :class:`Source` (schema and unique
+    key); only the sources the SQL reads become pipeline sources.  The pipeline has one
+    materialized output, ``name``: ``push`` returns its change set and ``read(name)``
+    the current answer with the final ORDER BY and LIMIT applied.  Raises
+    :class:`UnsupportedSQLError` (quoting the construct) for SQL outside the incremental
+    subset and :class:`SQLError` for SQL that is wrong (unknown table or column, a type
+    error).  See :func:`plan` for the decisions taken.
+    """
+    p = joinstate.Pipeline(store, name, share_indexes=share_indexes)
+    define(p, sql, sources, name=name, stats=stats)
+    return p
+
+
+def plan(sql: str, sources: Mapping[str, Any], *, name: str = "result",
+         stats: Mapping[str, Any] | None = None) -> SQLPlan:
+    """What :func:`compile` would build, without a store (for ``explain``)."""
+    # Building a graph never touches the store (Spark's driver records graphs this way).
+    p = joinstate.Pipeline(cast("joinstate.StateStore", None), name)
+    return define(p, sql, sources, name=name, stats=stats)

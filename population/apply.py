@@ -1,0 +1,135 @@
+"""Apply one change batch to a join or a pipeline, incrementally or by recompute.
+
+    import population
+    out = population.apply(join, "right", delta)                  # the planner decides
+    rep = population.apply_batch(join, "right", delta, strategy="recompute")
+    print(rep.explain())       # what ran, in how many ms, and why
+
+``strategy="auto"`` asks the planner (:func:`planner.batch.decide_batch`), which
+compares the estimated cost of both paths from the batch's rows, the rows stored, and
+the costs measured on earlier batches; ``"incremental"`` is the join's push
+(:meth:`joinstate.Join.push`), ``"recompute"`` the snapshot path
+(:func:`population.recompute.recompute`).  Both give the same output and state.  After
+every apply that did work the measured wall time is recorded for the planner
+(:func:`planner.batch.record_batch`: one small metadata write), so later decisions use
+measured costs; a replayed ``commit_id`` and a failed apply record nothing.
+
+Pipelines have only the incremental path so far: ``"auto"`` decides ``incremental``
+(the decision says why) and ``"recompute"`` raises :class:`PopulationError`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, get_args
+
+import joinstate
+from planner.batch import batch_context, record_batch, scanned_rows
+from planner.rule import Decision
+from planner.rules.recompute import RecomputeRule
+from population.errors import PopulationError
+from population.recompute import recompute
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import pyarrow as pa
+
+__all__ = ["ApplyReport", "ApplyStrategy", "apply", "apply_batch"]
+
+ApplyStrategy = Literal["auto", "incremental", "recompute"]
+_STRATEGIES: tuple[str, ...] = get_args(ApplyStrategy)
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What :func:`apply_batch` did: the output, the path taken, its time, the decision.
+
+    ``output``: the join's output change set (a table), or a pipeline's outputs (a dict
+    by output name).  ``strategy``: the path that ran.  ``decision``: the planner's
+    decision for the batch (for a strategy fixed by the caller, the planner's figures
+    with the caller's choice).  ``ms``: wall time of the apply.  ``replayed``: the
+    ``commit_id`` was already committed, so the recorded output was returned and
+    nothing was applied.  ``phases``: for a recompute, the ms of its scans, hash joins
+    and write (``scan_ms``, ``compute_ms``, ``write_ms``); empty otherwise.
+    """
+
+    output: pa.Table | dict[str, pa.Table]
+    strategy: str
+    decision: Decision
+    ms: float
+    replayed: bool = False
+    phases: Mapping[str, float] = field(default_factory=dict)
+
+    def explain(self) -> str:
+        """One paragraph for a person: path, time, and the reason with its figures."""
+        done = "replayed a committed batch" if self.replayed else f"{self.strategy}"
+        return f"{self.decision.subject}: {done} in {self.ms:,.1f} ms. {self.decision.reason}"
+
+
+def apply(
+    target: joinstate.Join | joinstate.Pipeline, side_or_source: str,
+    delta: pa.Table | pa.RecordBatch, *, strategy: ApplyStrategy = "auto",
+    commit_id: str | None = None,
+) -> pa.Table | dict[str, pa.Table]:
+    """Apply ``delta`` to a join side or pipeline source; return the output change set.
+
+    See :func:`apply_batch` (which also returns the decision and the time).
+    """
+    return apply_batch(target, side_or_source, delta, strategy=strategy,
+                       commit_id=commit_id).output
+
+
+def apply_batch(
+    target: joinstate.Join | joinstate.Pipeline, side_or_source: str,
+    delta: pa.Table | pa.RecordBatch, *, strategy: ApplyStrategy = "auto",
+    commit_id: str | None = None,
+) -> ApplyReport:
+    """Apply ``delta`` to ``side_or_source`` of ``target`` the way ``strategy`` says.
+
+    ``target``: a :class:`joinstate.Join` (``side_or_source``: ``"left"``/``"right"``) or
+    a :class:`joinstate.Pipeline` (a source name).  ``strategy``: ``"auto"`` (the
+    planner's choice), ``"incremental"`` or ``"recompute"``.  ``commit_id`` makes the
+    apply exactly-once whatever the path: an id already committed (by either path, or
+    by ``push``) returns the recorded output and applies nothing.  Atomic: an error
+    (over-retraction, unique key, weight overflow) applies nothing and is the error
+    ``push`` raises.
+    """
+    if strategy not in _STRATEGIES:
+        raise PopulationError(f"strategy={strategy!r} must be one of {_STRATEGIES}")
+    if not isinstance(target, joinstate.Join | joinstate.Pipeline):
+        raise PopulationError(
+            f"target must be a joinstate.Join or joinstate.Pipeline, got {type(target).__name__}"
+        )
+    context = batch_context(target, side_or_source, delta)
+    planned = RecomputeRule().apply(context)[0]
+    if strategy == "auto":
+        decision, chosen = planned, str(planned.choice)
+    else:
+        if strategy == "recompute" and not context.recompute_available:
+            raise PopulationError(
+                f"strategy='recompute' for {context.subject}: {context.unavailable}; use "
+                "strategy='incremental' or 'auto'"
+            )
+        decision = Decision(planned.topic, planned.subject, strategy,
+                            f"{strategy}: fixed by the caller (the planner would choose "
+                            f"{planned.reason})", planned.figures, planned.rule)
+        chosen = strategy
+    replayed = commit_id is not None and target.committed(commit_id)
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if isinstance(target, joinstate.Join):
+        side: joinstate.SideName = "left" if side_or_source == "left" else "right"
+        scanned = scanned_rows(target, side) if chosen == "recompute" else 0
+        out: pa.Table | dict[str, pa.Table] = (
+            recompute(target, side, delta, commit_id=commit_id, timings=phases)
+            if chosen == "recompute" else target.push(side, delta, commit_id=commit_id))
+    else:
+        scanned = 0
+        out = target.push(side_or_source, delta, commit_id=commit_id)
+    ms = (time.perf_counter() - t0) * 1e3
+    if not replayed and context.batch_rows:
+        record_batch(target, side_or_source, chosen, context.batch_rows, scanned, ms,
+                     phases.get("scan_ms", 0.0))
+    return ApplyReport(out, chosen, decision, ms, replayed, phases)

@@ -1,0 +1,201 @@
+"""bench/report.py: markdown and PNG charts from a results dict, and the samples they draw.
+
+The results are synthetic (tests/bench_results.py, round numbers chosen by hand), so the
+expected figures below are arithmetic on those numbers, not outputs of the code under
+test.  The last tests check the samples the pipeline population driver records.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from bench_results import FAMILIES, actions, samples, synthetic_results
+
+import joinstate
+import population
+from bench import report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == PNG, path
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+# ---- pure helpers -------------------------------------------------------------------
+
+
+def test_state_groups_put_a_family_with_its_index_or_aggregate() -> None:
+    groups = report.state_groups([*FAMILIES, "agg[q4~agg5].minmax", "ix.j~x[k].deg"])
+    assert groups == {
+        "ix.q4~store_sales[ss_sold_date_sk]": FAMILIES[0:2],
+        "ix.q4~customer[c_customer_sk]": FAMILIES[2:4],
+        "agg[q4~agg5]": ["agg[q4~agg5]", "agg[q4~agg5].minmax"],
+        "ix.j~x[k]": ["ix.j~x[k].deg"],
+    }
+
+
+def test_state_labels_drop_the_pipeline_name() -> None:
+    assert report.state_label("ix.q4~store_sales[ss_sold_date_sk]") == \
+        "index store_sales [ss_sold_date_sk]"
+    assert report.state_label("ix.q4~union17~joinall30-0[customer_id]") == \
+        "index union17~joinall30-0 [customer_id]"
+    assert report.state_label("agg[q4~agg5]") == "aggregate agg5"
+    assert report.state_label("ix.sales.left[k]") == "ix.sales.left[k]"
+
+
+def test_input_rates_between_samples() -> None:
+    # 100 rows in 0.5 s, then 1,000 in 1 s, then 1,000 in 0.5 s
+    assert report.input_rates(samples()) == [
+        (0.0, 0.5, "customer", 200.0),
+        (0.5, 1.5, "store_sales", 1000.0),
+        (1.5, 2.0, "store_sales", 2000.0),
+    ]
+    assert report.input_rates(samples()[:1]) == []
+
+
+def test_compaction_off_spans_and_manual_compactions() -> None:
+    acts = actions()
+    assert report.compaction_off_spans(acts, FAMILIES[0], end=2.0) == [(0.5, 1.8)]
+    assert report.compaction_off_spans(acts[:1], FAMILIES[0], end=2.0) == [(0.5, 2.0)]
+    assert report.compaction_off_spans(acts, FAMILIES[2], end=2.0) == []
+    assert report.manual_compactions(acts, FAMILIES[2:4]) == [0.5]
+    assert report.manual_compactions(acts, FAMILIES[0:2]) == []
+
+
+def test_spark_figures_and_check_counts() -> None:
+    res = synthetic_results()
+    assert report.spark_batches(res["spark"]) == (0.001, 4000.0)  # 2.0 + 1.5 + 0.5 s
+    assert report.spark_population_s(res["spark"]) == 30.0
+    assert report.spark_batches(None) == (None, None)
+    assert report.check_counts(res) == (9, 9)  # 2 checks x 2 passes + 5 Spark steps
+    failed = synthetic_results(failed=True)
+    assert report.check_counts(failed) == (8, 9)
+    (line,) = report.failures(failed)
+    assert "pass shared" in line and "0.01 #1 customer" in line and "year_total differs" in line
+
+
+# ---- charts and markdown ------------------------------------------------------------
+
+
+def test_write_report_writes_json_markdown_and_every_chart(tmp_path: Path) -> None:
+    res = synthetic_results()
+    files = report.write_report(res, tmp_path / "out")
+    assert json.loads(files.json.read_text()) == res
+    assert set(files.charts) == {
+        "population-timeline-symmetric", "population-timeline-auto-asymmetric",
+        "population-time", "incremental", "sharing"}
+    md = files.markdown.read_text()
+    for path in files.charts.values():
+        assert path.parent == tmp_path / "out"
+        width, height = png_size(path)
+        assert width > 300 and height > 200 and path.stat().st_size > 5_000
+        assert f"]({path.name})" in md  # referenced relative to report.md
+    assert "**Every answer matched DuckDB** (9 of 9 checks" in md
+    # change batches: shared 110 / 220 ms, unshared 220 / 440 ms, DuckDB 20 ms
+    assert "| 0.1% | 1,000 | 110 | 220 | 20.0 | 0.18x |" in md
+    assert "| 1% | 10,000 | 220 | 440 | 20.0 | 0.09x |" in md
+    assert "at 0.1%: 4,000 ms" in md  # Spark's three batches
+    # population: auto at 1,050 rows/s against symmetric's 525
+    assert "| auto->asymmetric | 2.00 | 1,050 | 2.00x | 3 | 100.0 MiB | 20.0 MiB |" in md
+    assert "| Spark, 2 shards (auto) | 30.0 |" in md
+    # sharing: customer-update medians 33 and 66 ms in the shared pass
+    assert "| shared | 23 | 10.0 MiB | 30.0 MiB | 25.0 MiB | 2.50 | 0.1%: 33.0, 1%: 66.0 |" \
+        in md
+    assert "| batch 2: deleted sales | 1.5 | 3 | 12 | 3 | OK |" in md
+
+
+def test_timeline_has_one_panel_per_index_and_aggregate() -> None:
+    entry = synthetic_results()["q4"]["population_strategies"][0]
+    fig = report.timeline_figure(entry, "t")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[2:] == ["index store_sales [ss_sold_date_sk]",  # largest first
+                          "index customer [c_customer_sk]", "aggregate agg5"]
+    assert len(fig.axes) == 2 + 2 * 3  # rate, stalls, then each panel with its MiB axis
+
+
+def test_report_without_spark_unshared_or_samples(tmp_path: Path) -> None:
+    res = synthetic_results(spark=False, unshared=False, with_samples=False)
+    files = report.write_report(res, tmp_path)
+    assert set(files.charts) == {"population-time", "incremental"}
+    md = files.markdown.read_text()
+    assert "Local Spark" not in md and "Shared vs unshared" not in md
+    assert "no Spark run" in md
+    assert "(5 of 5 checks" not in md and "(2 of 2 checks" in md
+
+
+def test_a_failed_check_is_the_first_thing_the_report_says() -> None:
+    md = report.to_markdown(synthetic_results(failed=True), {})
+    verdict = md.index("**CHECK FAILED**")
+    assert verdict < md.index("## Population")
+    assert "1 of 9 DuckDB checks differ" in md and "0.01 #1 customer" in md
+
+
+def test_report_redraws_from_its_json() -> None:
+    res = synthetic_results()
+    charts = {"incremental": Path("incremental.png")}
+    saved = json.loads(json.dumps(res, default=str))
+    assert report.to_markdown(saved, charts) == report.to_markdown(res, charts)
+
+
+def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    with pytest.raises(report.MissingDependencyError, match=r"joinstate\[bench\]"):
+        report.require_matplotlib()
+    assert issubclass(report.MissingDependencyError, joinstate.JoinStateError)
+
+
+# ---- the samples the timelines draw (population/pipeline.py) ------------------------
+
+
+def _pipeline(store: joinstate.StateStore) -> joinstate.Pipeline:
+    p = joinstate.Pipeline(store, "orders")
+    customers = p.source("customers", pa.schema([("c_id", pa.int64()), ("c_name", pa.string())]),
+                         unique_key="c_id")
+    orders = p.source("orders", pa.schema([("o_customer", pa.int64()), ("o_amount", pa.int64())]))
+    joined = orders.join(customers, on=("o_customer", "c_id"))
+    p.output("per_name", joined.group_by(["c_name"]).aggregate(total=("sum", "o_amount")))
+    return p
+
+
+def test_pipeline_population_records_samples(tmp_path: Path) -> None:
+    customers = pa.table({"c_id": list(range(50)), "c_name": [f"n{i % 7}" for i in range(50)]})
+    orders = pa.table({"o_customer": [i % 60 for i in range(3000)],
+                       "o_amount": list(range(3000))})
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = _pipeline(store)
+        rep = population.populate(p, sources={"customers": customers, "orders": orders},
+                                  strategy="asymmetric", batch_rows=500, progress=False)
+        families = set(p.column_families())
+    s = rep.samples
+    assert s[0]["source"] == "" and s[0]["rows"] == 0 and s[0]["t"] >= 0
+    assert [x["t"] for x in s] == sorted(x["t"] for x in s)
+    assert [x["rows"] for x in s] == sorted(x["rows"] for x in s)
+    # each source ends with a sample of the rows loaded so far, smallest source first
+    last = {x["source"]: x["rows"] for x in s}
+    assert last == {"": 0, "customers": 50, "orders": 3050}
+    assert s[-1]["source"] == "orders"
+    for x in s:
+        assert set(x["l0"]) == set(x["pending"]) == set(x["bytes"]) == families
+        assert x["stall_micros"] >= 0
+    assert sum(s[-1]["bytes"].values()) > sum(s[0]["bytes"].values())
+    assert rep.to_dict()["samples"] == s  # rides along in the JSON report
+
+
+def test_one_batch_per_size_draws_despite_rounded_times(tmp_path: Path) -> None:
+    # run_q4 stores each run's ms rounded to 3 decimals, the median unrounded: with one
+    # run the stored minimum can exceed the median by a rounding step.
+    res = synthetic_results(spark=False, unshared=False)
+    for size in res["q4"]["passes"][0]["sizes"]:
+        size["batch"].update(ms=[100.0004], median_ms=100.00036, max_ms=100.00036)
+    path = report.incremental_times(res, tmp_path / "i.png")
+    assert png_size(path)[0] > 300
