@@ -6,17 +6,23 @@ stream-stream join, on the same Parquet, each run checked against DuckDB:
 * **in-process**: ``population.populate`` into one StateStore, one writer, the output
   delta written to one Parquet file (the figure Spark must beat with two cores);
 * **SparkJoin**: ``spark_io.SparkJoin.populate`` with ``shards`` shards on
-  ``local[cores]`` (its output is Parquet written by the workers);
+  ``local[cores]`` (its output is Parquet written by the workers), once per ``--read``
+  way (``files``: each task reads the Parquet files itself; ``shuffle``: Spark routes
+  the rows; ``auto``: the library's rule); ``SparkJoin(...)`` itself (argument
+  checks, the executor probe, which also starts one Python worker per core) is timed
+  apart as "setup";
 * **Spark Structured Streaming**: both tables as file-stream sources, an inner
   stream-stream join, the ``RocksDBStateStoreProvider``, ``trigger(availableNow=True)``,
   Parquet sink -- what a Spark user has without joinstate.
 
-Then micro-batches: one ``availableNow`` run over an empty new batch and over a small
-one (``--batch-rows`` new sales), for ``SparkJoin.foreach_batch_sink`` and for Spark's
-own join (each is the time of one streaming query run that processes that one batch).
-Every output is compared with DuckDB's join of the inputs as a multiset (a count and a
-row-hash sum per side of the comparison).  SparkSession start is excluded from every
-figure.  Results: ``<out>/sparkjoin.json`` and ``.md``.
+Then micro-batches, each the time of one ``availableNow`` run of a streaming query
+over one checkpoint, for ``SparkJoin.foreach_batch_sink`` and for Spark's own join:
+a run that finds no new file (no batch runs at all), an empty micro-batch (a new
+Parquet file with no rows: the batch runs with nothing in it), and a small one
+(``--micro-rows`` new sales).  Every output, micro-batches included, is compared with
+DuckDB's join of the inputs as a multiset (a count and a row-hash sum per side of the
+comparison).  SparkSession start is excluded from every figure; the load average is
+recorded before each way.  Results: ``<out>/sparkjoin.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -114,6 +120,7 @@ def in_process(work: Path, customer: Path, sales: Path, strategy: str) -> dict[s
             writer = pq.ParquetWriter(out_file, t.schema)
         writer.write_table(t)
 
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     with joinstate.StateStore(path) as store:
         join = store.join("cs", left=joinstate.Side(pq.read_schema(customer),
@@ -125,34 +132,55 @@ def in_process(work: Path, customer: Path, sales: Path, strategy: str) -> dict[s
         writer.close()
     wall = time.perf_counter() - t0
     shutil.rmtree(path, ignore_errors=True)
-    return {"s": wall, "strategy": rep.strategy.get("name"), "output_rows": rep.output_rows,
+    return {"s": wall, "load_average": load, "strategy": rep.strategy.get("name"),
+            "output_rows": rep.output_rows,
             "digest": digest_parquet([out_file], weighted=True)}
 
 
 def spark_join(spark: SparkSession, work: Path, customer: Path, sales: Path, strategy: str,
-               shards: int, micro_rows: int) -> dict[str, Any]:
-    """SparkJoin.populate, then foreachBatch micro-batches (empty, then small)."""
+               shards: int, micro_rows: int, read: str, micro: bool) -> dict[str, Any]:
+    """SparkJoin.populate with ``read``; then, if ``micro``, foreachBatch micro-batches."""
     import spark_io
 
-    state = work / "sparkjoin"
+    state = work / f"sparkjoin-{read}"
     shutil.rmtree(state, ignore_errors=True)
     left = spark.read.parquet(str(customer))
     right = spark.read.parquet(str(sales))
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
     job = spark_io.SparkJoin(spark, "cs", left=left, right=right,
                              left_key=["c_customer_sk"], right_key=["ss_customer_sk"],
                              left_unique_key=["c_customer_sk"], state_dir=state,
                              shards=shards)
+    setup = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out = job.populate(strategy)
+    out = job.populate(strategy, read=read)
     wall = time.perf_counter() - t0
+    rep = job.last_report
+    assert rep is not None
     files = [Path(p.replace("file://", "")) for p in out.inputFiles()]
-    res: dict[str, Any] = {"s": wall, "shards": shards,
-                           "digest": digest_parquet(files, weighted=True)}
-    res["micro"] = _micro_batches(
-        spark, work / "sj-stream", sales, micro_rows,
-        lambda stream, ckpt: stream.writeStream.foreachBatch(
-            job.foreach_batch_sink("right", work / "sj-out")).option(
-                "checkpointLocation", str(ckpt)))
+    res: dict[str, Any] = {
+        "s": wall, "setup_s": setup, "shards": shards, "read": read, "load_average": load,
+        "strategy": rep.strategy,
+        "jobs": [{"side": j.side, "s": round(j.seconds, 3),
+                  "task_s": [round(t.seconds, 3) for t in sorted(j.shards,
+                                                                key=lambda t: t.shard)]}
+                 for j in rep.jobs],
+        "digest": digest_parquet(files, weighted=True)}
+    if micro:
+        sink = job.foreach_batch_sink("right", work / "sj-out")
+        inside: list[float] = []
+
+        def timed(batch: Any, batch_id: int) -> None:
+            t = time.perf_counter()
+            sink(batch, batch_id)
+            inside.append(time.perf_counter() - t)
+
+        res["micro"] = _micro_batches(
+            spark, work / "sj-stream", customer, sales, micro_rows, files,
+            lambda stream, ckpt: stream.writeStream.foreachBatch(timed).option(
+                "checkpointLocation", str(ckpt)),
+            work / "sj-out", inside)
     shutil.rmtree(state, ignore_errors=True)
     return res
 
@@ -181,12 +209,15 @@ def structured_streaming(spark: SparkSession, work: Path, customer: Path, sales:
             raise RuntimeError(f"the streaming join failed: {q.exception()}")
         return time.perf_counter() - t0
 
-    res: dict[str, Any] = {"s": run_once()}
+    res: dict[str, Any] = {"load_average": os.getloadavg()[0], "s": run_once()}
     res["digest"] = digest_parquet(_parquet_files(out), weighted=False)
-    micro: dict[str, Any] = {"empty_s": run_once()}
+    micro: dict[str, Any] = {"idle_s": run_once()}
     extra = root / "extra.parquet"
-    pq.write_table(_new_sales(sales, micro_rows), extra)
-    shutil.copy(extra, sdir / "part-1.parquet")
+    new = _new_sales(sales, micro_rows)
+    pq.write_table(new.slice(0, 0), sdir / "part-1.parquet")
+    micro["empty_s"] = run_once()
+    pq.write_table(new, extra)
+    shutil.copy(extra, sdir / "part-2.parquet")
     micro["small_s"] = run_once()
     micro["rows"] = micro_rows
     micro["digest"] = digest_parquet(_parquet_files(out), weighted=False)
@@ -205,14 +236,24 @@ def _new_sales(sales: Path, n: int) -> pa.Table:
                         pa.array(range(10**9, 10**9 + t.num_rows), t.schema.field(i).type))
 
 
-def _micro_batches(spark: SparkSession, root: Path, sales: Path, n: int,
-                   writer: Any) -> dict[str, Any]:
-    """An empty micro-batch, then one of ``n`` new sales, through a foreachBatch sink."""
+def _micro_batches(spark: SparkSession, root: Path, customer: Path, sales: Path, n: int,
+                   populated: list[Path], writer: Any, out: Path, inside: list[float]
+                   ) -> dict[str, Any]:
+    """Through a foreachBatch sink: no new file, an empty file, then ``n`` new sales.
+
+    The populate output (``populated``) plus every micro-batch output must equal
+    DuckDB's join of the customers with all the sales.  ``inside`` collects the
+    seconds spent in the sink per batch (the rest of a run is Spark's streaming).
+    """
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
     sdir = root / "in"
     sdir.mkdir(parents=True)
-    first = _new_sales(sales, 1).append_column("_weight", pa.array([1], pa.int64()))
-    pq.write_table(first, sdir / "part-0.parquet")
+    new = _new_sales(sales, n + 1)
+    first, more = root / "first.parquet", root / "more.parquet"
+    pq.write_table(new.slice(0, 1), first)
+    pq.write_table(new.slice(1), more)
+    shutil.copy(first, sdir / "part-0.parquet")
     stream = spark.readStream.schema(spark.read.parquet(str(sdir)).schema).parquet(str(sdir))
     ckpt = root / "checkpoint"
 
@@ -224,14 +265,27 @@ def _micro_batches(spark: SparkSession, root: Path, sales: Path, n: int,
             raise RuntimeError(f"the foreachBatch stream failed: {q.exception()}")
         return time.perf_counter() - t0
 
-    run_once()  # the first file: one row, sets up the stream
-    out: dict[str, Any] = {"empty_s": run_once()}
-    more = _new_sales(sales, n + 1).slice(1)
-    pq.write_table(more.append_column("_weight", pa.array([1] * more.num_rows, pa.int64())),
-                   sdir / "part-1.parquet")
-    out["small_s"] = run_once()
-    out["rows"] = more.num_rows
-    return out
+    def in_sink(calls: int) -> float | None:
+        """Seconds in the sink during the last run (None: Spark did not call it)."""
+        return inside[-1] if len(inside) == calls + 1 else None
+
+    res: dict[str, Any] = {"first_s": run_once()}  # one row: sets the stream up
+    res["idle_s"] = run_once()
+    pq.write_table(new.slice(0, 0), sdir / "part-1.parquet")
+    calls = len(inside)
+    res["empty_s"] = run_once()
+    res["empty_sink_s"] = in_sink(calls)
+    shutil.copy(more, sdir / "part-2.parquet")
+    calls = len(inside)
+    res["small_s"] = run_once()
+    res["small_sink_s"] = in_sink(calls)
+    res["sink_calls"] = len(inside)
+    res["rows"] = n
+    res["batches"] = sorted(p.name for p in out.iterdir())
+    res["digest"] = digest_parquet(populated + _parquet_files(out), weighted=True)
+    res["want"] = reference(customer, sales, [first, more])
+    res["ok"] = res["digest"] == res["want"]
+    return res
 
 
 # ---- driver --------------------------------------------------------------------------
@@ -239,8 +293,8 @@ def _micro_batches(spark: SparkSession, root: Path, sales: Path, n: int,
 
 def run(sf: float = 1.0, *, shards: int = 2, cores: int = 2, strategy: str = "auto",
         micro_rows: int = 600, out: Path | None = None, workdir: Path | None = None,
-        skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run every way that is not in ``skip``; figures and checks as a dict."""
+        skip: tuple[str, ...] = (), reads: tuple[str, ...] = ("auto",)) -> dict[str, Any]:
+    """Run every way that is not in ``skip`` (SparkJoin once per ``reads``); as a dict."""
     import spark_io
 
     paths = tpcds.tables(sf, ["customer", "store_sales"],
@@ -264,9 +318,13 @@ def run(sf: float = 1.0, *, shards: int = 2, cores: int = 2, strategy: str = "au
             "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER})
         res["spark_start_s"] = time.perf_counter() - t0
         if "sparkjoin" not in skip:
-            r = spark_join(spark, work, customer, sales, strategy, shards, micro_rows)
-            r["ok"] = r["digest"] == want
-            res["spark_join"] = r
+            runs = []
+            for i, read in enumerate(reads):
+                r = spark_join(spark, work, customer, sales, strategy, shards, micro_rows,
+                               read, micro=i == 0)
+                r["ok"] = r["digest"] == want and r.get("micro", {}).get("ok", True)
+                runs.append(r)
+            res["spark_join"] = runs
         if "sss" not in skip:
             r = structured_streaming(spark, work, customer, sales, micro_rows)
             r["ok"] = r["digest"] == want and r["micro"]["ok"]
@@ -275,8 +333,8 @@ def run(sf: float = 1.0, *, shards: int = 2, cores: int = 2, strategy: str = "au
         if workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     res["load_average_end"] = list(os.getloadavg())
-    res["ok"] = all(res[k]["ok"] for k in ("in_process", "spark_join", "structured_streaming")
-                    if k in res)
+    res["ok"] = (all(res[k]["ok"] for k in ("in_process", "structured_streaming") if k in res)
+                 and all(r["ok"] for r in res.get("spark_join", [])))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "sparkjoin.json").write_text(json.dumps(res, indent=1, default=str))
@@ -292,27 +350,46 @@ def to_markdown(res: dict[str, Any]) -> str:
              "Spark Structured Streaming", "",
              f"{rows_in:,} rows in, {res['want'][0]:,} out; local[{res['cores']}], "
              f"{res['shards']} shards; load average {res['load_average_start'][0]:.1f} at "
-             "the start.", "",
-             "| how | wall s | rows/s | vs in-process | checked against DuckDB |",
-             "|---|---|---|---|---|"]
-    for key, label in (("in_process", "in-process, one writer"),
-                       ("spark_join", f"SparkJoin.populate, {res['shards']} shards"),
-                       ("structured_streaming", "Spark Structured Streaming join (RocksDB)")):
-        r = res.get(key)
-        if r is None:
-            continue
+             f"the start, {res['load_average_end'][0]:.1f} at the end.", "",
+             "| how | wall s | rows/s | vs in-process | load avg before | "
+             "checked against DuckDB |",
+             "|---|---|---|---|---|---|"]
+    ways: list[tuple[str, dict[str, Any]]] = []
+    if "in_process" in res:
+        ways.append(("in-process, one writer", res["in_process"]))
+    for r in res.get("spark_join", []):
+        jobs = " + ".join(f"{j['side']} {j['s']:.1f} s" for j in r["jobs"])
+        ways.append((f"SparkJoin.populate, {r['shards']} shards, read={r['read']} "
+                     f"(jobs: {jobs}; setup {r['setup_s']:.1f} s apart)", r))
+    if "structured_streaming" in res:
+        ways.append(("Spark Structured Streaming join (RocksDB)", res["structured_streaming"]))
+    for label, r in ways:
         rel = f"{r['s'] / base:.2f}x" if base else "-"
+        load = r.get("load_average")
         lines.append(f"| {label} | {r['s']:.1f} | {rows_in / r['s']:,.0f} | {rel} | "
+                     f"{'-' if load is None else f'{load:.1f}'} | "
                      f"{'yes' if r['ok'] else 'NO'} |")
-    sj, ss = res.get("spark_join"), res.get("structured_streaming")
-    if sj and ss:
-        lines += ["", f"SparkJoin is {ss['s'] / sj['s']:.1f}x faster than Spark's own join.", "",
-                  "| micro-batch | SparkJoin foreachBatch s | Structured Streaming s |",
+    sjs, ss = res.get("spark_join", []), res.get("structured_streaming")
+    if sjs and ss:
+        best = min(r["s"] for r in sjs)
+        lines += ["", f"SparkJoin is {ss['s'] / best:.1f}x faster than Spark's own join."]
+    micro = next((r["micro"] for r in sjs if "micro" in r), None)
+    if micro and ss:
+        lines += ["", "| micro-batch run | SparkJoin foreachBatch s | Structured Streaming s |",
                   "|---|---|---|",
-                  f"| empty | {sj['micro']['empty_s']:.2f} | {ss['micro']['empty_s']:.2f} |",
-                  f"| {sj['micro']['rows']} new sales | {sj['micro']['small_s']:.2f} | "
-                  f"{ss['micro']['small_s']:.2f} |"]
+                  f"| no new file (no batch) | {micro['idle_s']:.2f} | "
+                  f"{ss['micro']['idle_s']:.2f} |",
+                  f"| empty micro-batch (a file of 0 rows) | {micro['empty_s']:.2f} "
+                  f"({_sink_note(micro['empty_sink_s'])}) | {ss['micro']['empty_s']:.2f} |",
+                  f"| {micro['rows']} new sales | {micro['small_s']:.2f} "
+                  f"({_sink_note(micro['small_sink_s'])}) | {ss['micro']['small_s']:.2f} |",
+                  f"| checked against DuckDB | {'yes' if micro['ok'] else 'NO'} | "
+                  f"{'yes' if ss['micro']['ok'] else 'NO'} |"]
     return "\n".join(lines)
+
+
+def _sink_note(seconds: float | None) -> str:
+    return "sink not called" if seconds is None else f"in the sink {seconds:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,12 +402,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", default="auto")
     ap.add_argument("--micro-rows", type=int, default=600)
     ap.add_argument("--skip", default="", help="comma list of inproc,sparkjoin,sss")
+    ap.add_argument("--read", default="auto",
+                    help="comma list of SparkJoin.populate read= ways (auto,files,shuffle); "
+                         "micro-batches run after the first")
     ap.add_argument("--out", type=Path, default=Path("bench-results"))
     ap.add_argument("--workdir", type=Path, default=None)
     a = ap.parse_args(argv)
     res = run(a.sf, shards=a.shards, cores=a.cores, strategy=a.strategy,
               micro_rows=a.micro_rows, out=a.out, workdir=a.workdir,
-              skip=tuple(s for s in a.skip.split(",") if s))
+              skip=tuple(s for s in a.skip.split(",") if s),
+              reads=tuple(r for r in a.read.split(",") if r))
     print(to_markdown(res))
     print(f"\nreport: {a.out / 'sparkjoin.md'}")
     return 0 if res["ok"] else 1

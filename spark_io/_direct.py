@@ -45,6 +45,7 @@ from spark_io._worker import (
     side_rows,
 )
 from spark_io.errors import PopulationStateError
+from spark_io.frames import INT96_UNIT
 from spark_io.routing import ShardRouter
 from spark_io.types import conform_batch
 
@@ -70,9 +71,9 @@ def shard_tables(files: ParquetFiles, router: ShardRouter, shard: int,
     pending: list[pa.Table] = []
     held = 0
     for path in files.paths:
-        with pq.ParquetFile(path) as pf:
+        with pq.ParquetFile(path, coerce_int96_timestamp_unit=INT96_UNIT) as pf:
             for batch in pf.iter_batches(batch_size=batch_rows, columns=list(files.columns)):
-                table = conform_batch(batch, router.schema)
+                table = conform_batch(_as_instants(batch, router.schema), router.schema)
                 if router.shards > 1:
                     mine = router.shard_of(table) == shard
                     if not mine.all():
@@ -86,6 +87,23 @@ def shard_tables(files: ParquetFiles, router: ShardRouter, shard: int,
                     pending, held = [], 0
     if held:
         yield pa.concat_tables(pending).combine_chunks()
+
+
+def _as_instants(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Timestamps in the side's unit and zone (milliseconds, INT96 read without a zone).
+
+    The driver accepted only files whose timestamps convert exactly
+    (:func:`spark_io.frames.parquet_files`), so this cast changes no instant.
+    """
+    for i, field in enumerate(batch.schema):
+        j = schema.get_field_index(field.name)
+        if j < 0 or not pa.types.is_timestamp(field.type):
+            continue
+        want = schema.field(j).type
+        if pa.types.is_timestamp(want) and (
+                field.type.unit != want.unit or (field.type.tz is None) != (want.tz is None)):
+            batch = batch.set_column(i, field.name, batch.column(i).cast(want))
+    return batch
 
 
 @dataclass(frozen=True)

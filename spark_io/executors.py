@@ -68,11 +68,15 @@ _checked: dict[tuple[str, str], dict[str, Any]] = {}
 _lock = threading.Lock()
 
 
+def _requested(spark: SparkSession) -> str:
+    """The executor Python the driver asks for."""
+    return str(getattr(spark.sparkContext, "pythonExec", None) or "python3")
+
+
 def _configured(spark: SparkSession) -> tuple[str, str | None]:
     """The executor Python the driver asks for, and ``spark.pyspark.python`` if set."""
-    sc = spark.sparkContext
-    conf = sc.getConf().get("spark.pyspark.python")
-    return str(getattr(sc, "pythonExec", None) or "python3"), conf
+    conf = spark.sparkContext.getConf().get("spark.pyspark.python")
+    return _requested(spark), conf
 
 
 def _driver() -> str:
@@ -101,11 +105,12 @@ def check_executors(spark: SparkSession, *, force: bool = False) -> dict[str, An
     different joinstate version than the driver.
     """
     sc = spark.sparkContext
-    requested, conf = _configured(spark)
+    requested = _requested(spark)
     cache_key = (str(sc.applicationId), requested)
     with _lock:
         if not force and cache_key in _checked:
             return _checked[cache_key]
+    requested, conf = _configured(spark)  # copies the whole conf: only when probing
     try:
         tasks = max(1, min(int(sc.defaultParallelism), PROBE_TASKS_MAX))
         rows = sc.parallelize(range(tasks), tasks).mapPartitions(_probe_function()).collect()

@@ -4,7 +4,8 @@ Three questions decide how rows reach the shards (:mod:`spark_io.job`):
 
 * **Is it known to be empty?** :func:`known_empty`: Spark's optimizer folds a plan it can
   prove empty (``limit(0)``, a filter on a literal false, an empty local relation) into
-  an empty ``LocalRelation``.  Such a change set needs no job at all.
+  an empty ``LocalRelation``, and a micro-batch of a source without data is an RDD of
+  no partitions.  Such a change set needs no job at all.
 * **Is it cheap to look at the first rows?** :func:`cheap_to_probe`: a plan of scans,
   projections, filters and unions only (no shuffle) stops reading as soon as a limit
   is met, so collecting ``limit(n + 1)`` rows costs a fraction of a full pass; a plan
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from joinstate import SchemaMismatchError
 from spark_io.types import arrow_schema
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "INT96_UNIT",
     "ParquetFiles",
     "cheap_to_probe",
     "count_rows",
@@ -66,6 +69,10 @@ _SAFE_OPTIONS = frozenset({"path", "paths", "mergeschema", "recursivefilelookup"
 
 _LEGACY_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 
+INT96_UNIT = "us"
+"""pyarrow reads INT96 timestamps (Spark's default for writing them) in this unit, as
+Spark does; the readers relabel them as UTC instants (:mod:`spark_io._direct`)."""
+
 
 @dataclass(frozen=True)
 class ParquetFiles:
@@ -81,10 +88,15 @@ class ParquetFiles:
     rows: int
 
 
-def _plan(df: DataFrame) -> Any | None:
-    """The JVM optimized logical plan of ``df``, or None (Spark Connect, no JVM)."""
+def _plan(df: DataFrame, optimized: bool = True) -> Any | None:
+    """The JVM logical plan of ``df``, or None (Spark Connect, no JVM).
+
+    The optimized plan proves emptiness and estimates sizes; the analyzed one (already
+    computed when the DataFrame was made, so free) says what is read and how.
+    """
     try:
-        return df._jdf.queryExecution().optimizedPlan()  # noqa: SLF001 (Py4J handle)
+        qe = df._jdf.queryExecution()  # noqa: SLF001 (the Py4J handle of the plan)
+        return qe.optimizedPlan() if optimized else qe.analyzed()
     except Exception:  # no JVM plan: every question gets the safe answer
         return None
 
@@ -99,12 +111,21 @@ def _children(node: Any) -> list[Any]:
 
 
 def known_empty(df: DataFrame) -> bool:
-    """Whether the optimizer proved ``df`` empty (its plan is an empty ``LocalRelation``)."""
-    plan = _plan(df)
-    if plan is None:
-        return False
+    """Whether ``df`` is empty by its plan alone.
+
+    Under projections and filters: an empty ``LocalRelation`` (what the optimizer makes
+    of a plan it proves empty), or an RDD with no partitions (a ``foreachBatch``
+    micro-batch is an RDD; one of a source that had no data has no partitions).
+    """
+    node = _plan(df)
     try:
-        return _name(plan) == "LocalRelation" and bool(plan.data().isEmpty())
+        while node is not None and _name(node) in ("Project", "Filter", "SubqueryAlias"):
+            node = _children(node)[0]
+        if node is None:
+            return False
+        if _name(node) == "LocalRelation":
+            return bool(node.data().isEmpty())
+        return _name(node) == "LogicalRDD" and int(node.rdd().getNumPartitions()) == 0
     except Exception:  # a plan shape this Spark does not have
         return False
 
@@ -142,10 +163,10 @@ def _local_path(uri: str) -> str | None:
 def _relation(plan: Any) -> tuple[Any | None, str]:
     """The ``HadoopFsRelation`` under projections of plain columns, or why there is none."""
     node = plan
-    while _name(node) == "Project":
-        items = node.projectList()
-        for i in range(items.size()):
-            if _name(items.apply(i)) != "AttributeReference":
+    while _name(node) in ("Project", "SubqueryAlias"):
+        if _name(node) == "Project":
+            items = node.projectList()
+            if any(_name(items.apply(i)) != "AttributeReference" for i in range(items.size())):
                 return None, "it computes a column (not a plain selection of columns)"
         node = _children(node)[0]
     if _name(node) != "LogicalRelation":
@@ -169,14 +190,19 @@ def _relation(plan: Any) -> tuple[Any | None, str]:
     return rel, ""
 
 
-def _conforms(file_type: pa.DataType, want: pa.DataType) -> bool:
-    """Whether pyarrow's ``file_type`` holds exactly the values Spark delivers as ``want``."""
+def _conforms(file_type: pa.DataType, want: pa.DataType, int96: bool) -> bool:
+    """Whether pyarrow's ``file_type`` holds exactly the values Spark delivers as ``want``.
+
+    ``int96``: the column is stored as Parquet INT96, which Spark reads as UTC instants
+    and pyarrow (told to, see :data:`INT96_UNIT`) as microseconds without a time zone.
+    """
     if file_type.equals(want):
         return True
     if pa.types.is_timestamp(file_type) and pa.types.is_timestamp(want):
-        # Same unit, both instants (a time-zone label changes no value).
-        return (file_type.unit == want.unit and file_type.tz is not None
-                and want.tz is not None)
+        # Milliseconds widen exactly to microseconds; a time-zone label changes no value.
+        same_kind = (file_type.tz is None) == (want.tz is None) or (
+            int96 and file_type.tz is None and want.tz is not None)
+        return file_type.unit in ("ms", "us") and want.unit == "us" and same_kind
     pairs = ((pa.types.is_string, pa.types.is_large_string),
              (pa.types.is_binary, pa.types.is_large_binary))
     for a, b in pairs:
@@ -186,19 +212,26 @@ def _conforms(file_type: pa.DataType, want: pa.DataType) -> bool:
             and file_type.bit_width <= want.bit_width)
 
 
-def _file_problem(path: str, want: pa.Schema, dated: bool) -> tuple[int, str]:
+def _file_problem(path: str, want: pa.Schema, dated: bool, int96_ok: bool
+                  ) -> tuple[int, str]:
     """(rows, "") for a file pyarrow reads as Spark would, else (0, why not)."""
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, coerce_int96_timestamp_unit=INT96_UNIT)
     except (OSError, pa.ArrowException) as exc:
         return 0, f"pyarrow cannot open {path}: {exc}"
     with pf:
         have = pf.schema_arrow
+        physical = {pf.schema.column(i).path: pf.schema.column(i).physical_type
+                    for i in range(len(pf.schema))}
         for field in want:
             i = have.get_field_index(field.name)
             if i < 0:
                 return 0, f"{path} has no column {field.name!r} (exactly so named)"
-            if not _conforms(have.field(i).type, field.type):
+            int96 = physical.get(field.name) == "INT96"
+            if int96 and not int96_ok:
+                return 0, (f"column {field.name!r} of {path} is an INT96 timestamp and "
+                           "spark.sql.parquet.int96TimestampConversion shifts it")
+            if not _conforms(have.field(i).type, field.type, int96):
                 return 0, (f"column {field.name!r} of {path} reads as {have.field(i).type} "
                            f"in pyarrow, as {field.type} in Spark")
         meta = pf.metadata.metadata or {}
@@ -208,19 +241,21 @@ def _file_problem(path: str, want: pa.Schema, dated: bool) -> tuple[int, str]:
         return int(pf.metadata.num_rows), ""
 
 
-def parquet_files(df: DataFrame, label: str) -> tuple[ParquetFiles | None, str]:
-    """``df`` as the Parquet files it scans, if pyarrow reads them exactly as Spark would.
+def parquet_files(df: DataFrame, columns: Sequence[str], label: str
+                  ) -> tuple[ParquetFiles | None, str]:
+    """``df.select(*columns)`` as the files it scans, if pyarrow reads them as Spark would.
 
-    That is: the optimized plan is at most a selection of plain columns over Spark's
+    That is: the analyzed plan is at most a selection of plain columns over Spark's
     own Parquet reader of listed paths (no filter, no computed column, no partition
     columns, no table format), every file is on a local or shared file system (a
     ``file:`` URI), and in every file each column exists under its exact name with a
-    type pyarrow reads as the same values (equal types; a timestamp with a different
-    time-zone label; a narrower signed integer; string and large string), not written
-    with Spark's legacy calendar.  Reads only footers.  Returns the files, or None and
-    the reason (for the log and for ``read="files"`` errors); ``label`` names the side.
+    type pyarrow reads as the same values (equal types; a timestamp with another
+    time-zone label, in milliseconds, or stored as INT96; a narrower signed integer;
+    string and large string), not written with Spark's legacy calendar.  Reads only
+    footers.  Returns the files, or None and the reason (for the log and for
+    ``read="files"`` errors); ``label`` names the side.
     """
-    plan = _plan(df)
+    plan = _plan(df, optimized=False)
     if plan is None:
         return None, f"{label}: no JVM plan to inspect (Spark Connect?)"
     try:
@@ -229,20 +264,26 @@ def parquet_files(df: DataFrame, label: str) -> tuple[ParquetFiles | None, str]:
         return None, f"{label}: its plan could not be inspected ({exc})"
     if rel is None:
         return None, f"{label}: {why}"
+    fields = {f.name: f for f in df.schema.fields}
+    missing = [c for c in columns if c not in fields]
+    if missing:
+        return None, f"{label}: it has no column {missing[0]!r}"
     try:
-        want = arrow_schema(df.schema)
+        want = arrow_schema(T.StructType([fields[c] for c in columns]))
     except SchemaMismatchError as exc:
         return None, f"{label}: {exc}"
     paths: list[str] = []
-    for uri in sorted(str(u) for u in df.inputFiles()):
+    for uri in sorted(str(u) for u in rel.location().inputFiles()):
         path = _local_path(uri)
         if path is None:
             return None, f"{label}: {uri} is not on a local or shared file system"
         paths.append(path)
     dated = any(pa.types.is_date(f.type) or pa.types.is_timestamp(f.type) for f in want)
+    int96_ok = str(df.sparkSession.conf.get(
+        "spark.sql.parquet.int96TimestampConversion", "false")).lower() != "true"
     rows = 0
     for path in paths:
-        n, why = _file_problem(path, want, dated)
+        n, why = _file_problem(path, want, dated, int96_ok)
         if why:
             return None, f"{label}: {why}"
         rows += n

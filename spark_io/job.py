@@ -106,11 +106,12 @@ READS = ("auto", "files", "shuffle")
 DIRECT_MAX_SHARDS = 16
 """``read="auto"`` reads files directly up to this many shards.
 
-Every task decodes every file of both snapshots (about 60 ns a row, measured on
-TPC-DS store_sales) against ~2 µs a row of RocksDB work for the rows it keeps; at 16
-shards the extra decoding is under half of the population work, and still below what
-the shuffle path spends per row on the JVM scan, two Arrow transfers, the shuffle
-and the sort.
+Every task decodes every file of both snapshots and hashes every key: about 55 ns a
+row per task (TPC-DS store_sales, SF1), so S shards spend S x 55 ns a row in all.  The
+shuffle path spends about 2.3 us of CPU a row on the JVM scan, the Python router, the
+shuffle, the sort and the second Arrow transfer (same data, 2 shards: 3.3 s of a 6.9 s
+job beyond its tasks on 2 cores).  The break-even is near 40 shards; 16 leaves room
+for slower shared storage, which every task reads in full.
 """
 _MARKER = "_joinstate_operation.json"
 """In each operation output directory: join, operation, kind, and when it finished
@@ -366,8 +367,8 @@ class SparkJoin:
         check_executors(self.spark)
         if running is not None and read == "auto":
             read = str(running.get("read", "shuffle"))  # resume reads as the first call did
-        frames = {s: self._snapshot_rows(s) for s in _SIDES}
-        files = self._files(frames, read)
+        files = self._files(read, resuming=running is not None)
+        frames = {} if files else {s: self._snapshot_rows(s) for s in _SIDES}
         counts: dict[str, int] = _counts(frames, files)
         sizes: dict[str, int] = {s: math.ceil(counts[s] / self.shards) for s in _SIDES}
         # The planner decides once, from what one shard loads (the workers' own plans see
@@ -439,31 +440,44 @@ class SparkJoin:
         self._completed(out_dir)
         return self._read(out_dir)
 
+    def _snapshot_columns(self, side: SideName) -> list[str]:
+        """The columns population reads from ``side``'s snapshot (``_weight`` if it has one)."""
+        assert self._snapshots is not None
+        cols = list(self.manifest.side(side).schema.names)
+        return cols + ([WEIGHT] if WEIGHT in self._snapshots[side].columns else [])
+
     def _snapshot_rows(self, side: SideName) -> DataFrame:
         assert self._snapshots is not None
-        df = self._snapshots[side]
-        cols = list(self.manifest.side(side).schema.names)
-        return df.select(*cols, *([WEIGHT] if WEIGHT in df.columns else []))
+        return self._snapshots[side].select(*self._snapshot_columns(side))
 
-    def _files(self, frames: dict[SideName, DataFrame], read: str
+    def _files(self, read: str, resuming: bool = False
                ) -> dict[SideName, ParquetFiles] | None:
         """Both snapshots as Parquet files when ``read`` allows the ``"files"`` read.
 
         Raises :class:`population.PopulationError` for ``read="files"`` when a snapshot
-        is not a plain Parquet scan, naming why.
+        is not a plain Parquet scan, naming why.  ``resuming``: the read was the
+        interrupted call's, which the message says.
         """
         if read == "shuffle" or (read == "auto" and self.shards > DIRECT_MAX_SHARDS):
             return None
         found: dict[SideName, ParquetFiles] = {}
         reasons = []
+        assert self._snapshots is not None
         for side in _SIDES:
-            files, why = parquet_files(frames[side], f"the {side} snapshot")
+            files, why = parquet_files(self._snapshots[side], self._snapshot_columns(side),
+                                       f"the {side} snapshot")
             if files is None:
                 reasons.append(why)
             else:
                 found[side] = files
         if not reasons:
             return found
+        if read == "files" and resuming:
+            raise PopulationError(
+                f"join {self.name!r}: the interrupted populate() read the snapshots' Parquet "
+                f"files directly and a resumed one must read the same batches, but now "
+                f"{'; '.join(reasons)}. Pass the same snapshots (spark.read.parquet of the "
+                "same files), or use a new state_dir")
         if read == "files":
             raise PopulationError(
                 f"read='files' needs both snapshots to be plain scans of Parquet files "
@@ -492,7 +506,10 @@ class SparkJoin:
         """Apply a change DataFrame (the side's columns + ``_weight``) to ``side``.
 
         Returns the output change set as a DataFrame over Parquet (eager, exactly once:
-        see the module docstring).  Each shard's part of the change is one WriteBatch
+        see the module docstring).  A change of up to
+        :data:`spark_io.routing.COLLECT_MAX_ROWS` rows is collected and cut by shard on
+        the driver (two small jobs; none for a change Spark proves empty), a larger one
+        is routed by a shuffle (:meth:`_apply`).  Each shard's part of the change is one WriteBatch
         committed with the operation id; calling ``apply`` again with the same ``op_id``
         returns the recorded output and applies nothing.  ``op_id``: letters, digits,
         ``.``, ``_``, ``-``.
@@ -525,6 +542,11 @@ class SparkJoin:
         output recorded the first time.  Output goes to Parquet under
         ``<output_path>/batch_id=<id>/``, replaced on replay, so the sink is idempotent;
         ``spark.read.parquet(output_path)`` reads every batch with a ``batch_id`` column.
+
+        A micro-batch of up to :data:`spark_io.routing.COLLECT_MAX_ROWS` rows costs one
+        small job that collects it and one job of one task per shard it touches; an
+        empty one costs that first job only (none when Spark's plan proves it empty),
+        and leaves an empty ``batch_id=<id>`` directory with its report.
 
         ``sink_id`` names the stream in the commit ids (default: from ``side`` and
         ``output_path``).  A new query (new checkpoint, batch ids from 0 again) needs a

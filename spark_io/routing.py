@@ -160,8 +160,10 @@ def route(df: DataFrame, manifest: Manifest, side: SideName) -> DataFrame:
     return routed.repartition(manifest.shards, partition_key_column(manifest.shards))
 
 
-def collect_small(df: DataFrame, max_rows: int = COLLECT_MAX_ROWS) -> pa.Table | None:
+def collect_small(df: DataFrame, max_rows: int | None = None) -> pa.Table | None:
     """``df``'s rows as one Arrow table if it has at most ``max_rows`` rows, else None.
+
+    ``max_rows`` defaults to :data:`COLLECT_MAX_ROWS` (read at each call).
 
     A plan the optimizer proved empty gives an empty table without any job; otherwise,
     if looking at the first rows is cheap (:func:`spark_io.frames.cheap_to_probe`),
@@ -171,10 +173,11 @@ def collect_small(df: DataFrame, max_rows: int = COLLECT_MAX_ROWS) -> pa.Table |
     """
     if known_empty(df):
         return arrow_schema(df.schema).empty_table()
-    if not cheap_to_probe(df):
+    limit = COLLECT_MAX_ROWS if max_rows is None else max_rows
+    if limit < 1 or not cheap_to_probe(df):
         return None
-    table = df.limit(max_rows + 1).toArrow()
-    return table if table.num_rows <= max_rows else None
+    table = df.limit(limit + 1).toArrow()
+    return table if table.num_rows <= limit else None
 
 
 def split(table: pa.Table, manifest: Manifest, side: SideName) -> list[pa.RecordBatch]:
