@@ -42,6 +42,7 @@ from spark_io._worker import (
     _report,
     _ShardTask,
     _task_attempt,
+    interrupted_population,
     side_rows,
 )
 from spark_io.errors import PopulationStateError
@@ -165,13 +166,7 @@ class DirectPopulateTask(_ShardTask):
     def _resume_points(self, join: Join, shard: int, resume: bool) -> dict[str, int]:
         """Per side, the first batch whose output this attempt delivers (again)."""
         where = f"shard {shard} of join {join.name!r} in {self.state_dir}"
-        found = population.interrupted(join)
-        if found and not resume:
-            progress = "; ".join(f"{s} side: {m.describe()}" for s, m in sorted(found.items()))
-            raise PopulationStateError(
-                f"{where}: an earlier populate() was interrupted midway ({progress}); call "
-                "populate(resume=True) to continue it, or use a new state_dir"
-            )
+        found = interrupted_population(join, where, resume)
         if not found and any(side_rows(join, s) for s in _SIDES):
             raise PopulationStateError(
                 f"{where}: the shard holds rows but no population ran on it (apply() "

@@ -123,6 +123,22 @@ def options_from_dict(kw: dict[str, Any] | None) -> StoreOptions | None:
     return StoreOptions(**kw)
 
 
+def interrupted_population(join: Join, where: str, resume: bool) -> dict[str, Any]:
+    """The shard's interrupted-population markers; refused unless ``resume``.
+
+    A shard whose earlier ``populate()`` stopped midway must be continued on purpose
+    (``populate(resume=True)``), never silently loaded again from the start.
+    """
+    found = population.interrupted(join)
+    if found and not resume:
+        progress = "; ".join(f"{s} side: {m.describe()}" for s, m in sorted(found.items()))
+        raise PopulationStateError(
+            f"{where}: an earlier populate() was interrupted midway ({progress}); call "
+            "populate(resume=True) to continue it, or use a new state_dir"
+        )
+    return dict(found)
+
+
 # ---- shards ---------------------------------------------------------------------------------
 
 @dataclass
@@ -495,13 +511,7 @@ class PopulateTask(_ShardTask):
     def _resume_point(self, join: Join, shard: int, resume: bool) -> int:
         """The first batch of this side whose output this attempt delivers (again)."""
         where = f"shard {shard} of join {join.name!r} in {self.state_dir}"
-        found = population.interrupted(join)
-        if found and not resume:
-            progress = "; ".join(f"{s} side: {m.describe()}" for s, m in sorted(found.items()))
-            raise PopulationStateError(
-                f"{where}: an earlier populate() was interrupted midway ({progress}); call "
-                "populate(resume=True) to continue it, or use a new state_dir"
-            )
+        found = interrupted_population(join, where, resume)
         if not found and side_rows(join, self.side):
             raise PopulationStateError(
                 f"{where}: the {self.side} side holds rows but no population ran on it "

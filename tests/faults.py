@@ -110,6 +110,20 @@ def copy_store(src: Path, dst: Path) -> Path:
 # ---- a tiny disk -----------------------------------------------------------------------
 
 
+def small_disk(path: Path, size: str = "4m") -> Iterator[Tmpfs]:
+    """A mounted tmpfs of ``size`` for one test (a fixture body); skipped where it cannot be."""
+    import pytest
+
+    disk = Tmpfs(path, size)
+    reason = disk.mount()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        yield disk
+    finally:
+        disk.unmount()
+
+
 class Tmpfs:
     """A tmpfs mounted at ``path`` with a size limit; ``resize`` remounts it in place."""
 

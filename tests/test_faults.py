@@ -55,6 +55,7 @@ from faults import (
     world_readable_tempdir,
     zset,
 )
+from faults import small_disk as mount_small_disk
 
 import joinstate
 
@@ -788,14 +789,7 @@ def test_empty_directory_becomes_a_store(tmp_path: Path) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Tmpfs]:
     """A 4 MiB tmpfs; skipped (with the reason) where it cannot be mounted."""
-    disk = Tmpfs(tmp_path / "disk", "4m")
-    reason = disk.mount()
-    if reason is not None:
-        pytest.skip(reason)
-    try:
-        yield disk
-    finally:
-        disk.unmount()
+    yield from mount_small_disk(tmp_path / "disk", "4m")
 
 
 @pytest.mark.parametrize("write_buffer_mib", [64, 1], ids=["wal-fills", "flush-fills"])

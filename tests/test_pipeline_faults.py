@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from faults import Tmpfs
+from faults import small_disk as mount_small_disk
 
 import joinstate
 
@@ -121,14 +122,8 @@ def test_two_threads_push_two_sources_of_one_pipeline(tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Tmpfs]:
-    disk = Tmpfs(tmp_path / "disk", "4m")
-    reason = disk.mount()
-    if reason is not None:
-        pytest.skip(reason)
-    try:
-        yield disk
-    finally:
-        disk.unmount()
+    """A 4 MiB tmpfs; skipped (with the reason) where it cannot be mounted."""
+    yield from mount_small_disk(tmp_path / "disk", "4m")
 
 
 def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
