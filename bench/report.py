@@ -688,6 +688,13 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
                       f"{s['year_total_rows']:,} | {s['q4_rows']} | "
                       f"{'OK' if s['ok'] else '**DIFFERS**'} |")
         md.append("")
+    baseline = results.get("baseline")
+    if baseline:
+        from bench.spark_tpcds import to_markdown as baseline_markdown
+
+        body = baseline_markdown(baseline).split("\n", 1)[1]
+        md += ["## Spark Structured Streaming beside joinstate (customer ⋈ store_sales)",
+               body, ""]
     md += ["All figures: `report.json` (the same numbers, every sample and check).", ""]
     return "\n".join(md)
 

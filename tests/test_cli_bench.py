@@ -16,7 +16,7 @@ import pytest
 from bench_results import synthetic_results
 from click.testing import CliRunner, Result
 
-from bench import q4, q4spark, tpcds_cli
+from bench import q4, q4spark, spark_tpcds, tpcds_cli
 from joinstate.cli import cli
 
 if TYPE_CHECKING:
@@ -129,6 +129,16 @@ def test_spark_run_is_wired(tmp_path: Path, fake_q4: list[dict[str, Any]],
         return synthetic_results()["spark"]
 
     monkeypatch.setattr(q4spark, "run", fake_spark)
+    baseline_calls: list[tuple[Any, ...]] = []
+
+    def fake_baseline(sf: float, **kw: Any) -> dict[str, Any]:
+        baseline_calls.append((sf, kw))
+        return {"sf": sf, "shards": kw["shards"], "cores": 2, "rows_in": 10, "want": [5, 1],
+                "load_average_start": [1.0], "load_average_end": [1.0],
+                "in_process": {"s": 1.0, "ok": True},
+                "structured_streaming": {"s": 4.0, "ok": True}, "ok": True}
+
+    monkeypatch.setattr(spark_tpcds, "run", fake_baseline)
     java_home = tmp_path / "jdk"
     java_home.mkdir()
     out = tmp_path / "r"
@@ -140,6 +150,10 @@ def test_spark_run_is_wired(tmp_path: Path, fake_q4: list[dict[str, Any]],
     assert kw["out"] == out / "spark"
     md = (out / "report.md").read_text()
     assert "## Local Spark: 2 shards" in md  # from the (synthetic) Spark results
+    ((bsf, bkw),) = baseline_calls  # Spark Structured Streaming's join beside joinstate
+    assert (bsf, bkw["shards"]) == (0.01, 3)
+    assert "## Spark Structured Streaming beside joinstate" in md
+    assert "| Spark Structured Streaming join (RocksDB) | 4.0 | 2 | 4.00x |" in md
 
 
 @pytest.mark.parametrize(("args", "needles"), [

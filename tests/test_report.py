@@ -199,3 +199,27 @@ def test_one_batch_per_size_draws_despite_rounded_times(tmp_path: Path) -> None:
         size["batch"].update(ms=[100.0004], median_ms=100.00036, max_ms=100.00036)
     path = report.incremental_times(res, tmp_path / "i.png")
     assert png_size(path)[0] > 300
+
+
+def test_structured_streaming_baseline_sits_beside_joinstate(tmp_path: Path) -> None:
+    """With a baseline run (``--spark``), report.md shows the three ways side by side."""
+    res = synthetic_results()
+    micro = {"idle_s": 0.05, "empty_s": 0.25, "empty_sink_s": 0.1, "rows": 600,
+             "small_s": 0.5, "small_sink_s": 0.3, "ok": True}
+    res["baseline"] = {
+        "sf": 0.01, "shards": 2, "cores": 2, "rows_in": 30_000, "want": [27_000, 1],
+        "load_average_start": [1.0, 1.0, 1.0], "load_average_end": [1.5, 1.0, 1.0],
+        "in_process": {"s": 2.0, "ok": True},
+        "spark_join": [{"shards": 2, "read": "files", "jobs": [{"side": "both", "s": 0.9}],
+                        "setup_s": 1.2, "s": 1.0, "ok": True, "micro": micro}],
+        "structured_streaming": {"s": 8.0, "ok": True, "micro": {
+            "idle_s": 0.05, "empty_s": 1.0, "small_s": 1.25, "ok": True}},
+        "ok": True,
+    }
+    md = report.write_report(res, tmp_path / "out").markdown.read_text()
+    assert "## Spark Structured Streaming beside joinstate" in md
+    # 30,000 rows: 15,000 rows/s in-process, 30,000 through SparkJoin, 3,750 in Spark's join
+    assert "| in-process, one writer | 2.0 | 15,000 | 1.00x |" in md
+    assert "| 1.0 | 30,000 | 0.50x |" in md
+    assert "| Spark Structured Streaming join (RocksDB) | 8.0 | 3,750 | 4.00x |" in md
+    assert "SparkJoin is 8.0x faster than Spark's own join." in md
