@@ -22,13 +22,12 @@ reached as JSON (``["none", 0]`` gives the parent the menu).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from crash_child import Killer  # the kill-at-the-n-th-arrival harness of the join crash tests
 
 import joinstate
 import population.recompute
@@ -73,33 +72,6 @@ def batch(side: str) -> pa.Table:
         rows = pa.concat_tables([gone, new])
         w = [-1] * 500 + [1] * 600
     return rows.append_column("_weight", pa.array(w, pa.int64()))
-
-
-class Killer:
-    """Counts arrivals at the chosen point; SIGKILLs this process at the n-th."""
-
-    def __init__(self, point: str, n: int) -> None:
-        self.point, self.n = point, n
-        self.seen: dict[str, int] = {}
-
-    def at(self, point: str) -> None:
-        self.seen[point] = self.seen.get(point, 0) + 1
-        if point == self.point and self.seen[point] == self.n:
-            sys.stdout.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def wrap(self, owner: Any, name: str, before: str | None, after: str | None) -> None:
-        inner = getattr(owner, name)
-
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            if before:
-                self.at(before)
-            result = inner(*args, **kw)
-            if after:
-                self.at(after)
-            return result
-
-        setattr(owner, name, wrapper)
 
 
 def main(spec: dict[str, Any]) -> int:
