@@ -45,10 +45,10 @@ a scan rebuilds its entry map).
 
 **Working copies.**  A store records which checkpoint it is a copy of
 (``checkpoint/state.json`` inside the store directory: the checkpoint id, the location,
-RocksDB's sequence number at that checkpoint).  :func:`open_checkpoint` opens a working
-copy only if it is exactly a given checkpoint (same id, no write since: same sequence
-number) and restores that checkpoint otherwise: this is how a store moves between
-machines (``spark_io`` does it for every shard).
+RocksDB's sequence number at that checkpoint).  :mod:`joinstate.working_copy` opens a
+working copy only if it is exactly a given checkpoint (same id, no write since: same
+sequence number) and restores that checkpoint otherwise: this is how a store moves
+between machines (``spark_io`` does it for every shard).
 
 One writer per location: two stores checkpointing into one location delete each other's
 files.  Give every store its own location (:func:`child_uri`).
@@ -69,7 +69,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -84,14 +84,10 @@ from joinstate.errors import (
     JoinStateError,
     NotAStateStoreError,
     OptionsError,
-    StateCorruptedError,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
-
-    from joinstate.options import StoreOptions
-    from joinstate.store import StateStore
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -102,8 +98,8 @@ __all__ = [
     "child_uri",
     "latest_checkpoint",
     "list_checkpoints",
+    "is_replaceable",
     "local_checkpoint",
-    "open_checkpoint",
     "restore",
     "snapshot",
     "upload",
@@ -130,8 +126,6 @@ _THREADS = 4
 _MANIFEST_NAME = re.compile(r"^(\d{12})-([0-9a-f]{8})\.json$")
 _ATOMIC_PUT = frozenset({"s3", "gcs"})
 """Filesystems that publish a written file only once it is complete."""
-
-How = Literal["local", "restored", "new"]
 
 
 # ---- where checkpoints go ---------------------------------------------------------------
@@ -608,7 +602,7 @@ def _retain(loc: Location, new: str, files: Sequence[CheckpointFile], keep: int,
 # ---- restoring -----------------------------------------------------------------------------
 
 
-def _is_replaceable(path: Path) -> bool:
+def is_replaceable(path: Path) -> bool:
     """Whether ``path`` holds a joinstate store or working copy (never anything else)."""
     names = {p.name for p in path.iterdir()}
     return not names or "CURRENT" in names or LOCAL_DIR in names
@@ -629,7 +623,7 @@ def _check_target(target: Path, replace: bool) -> None:
             f"cannot restore into {target}: the directory is not empty; restore into a "
             "missing or empty directory, or pass replace=True to replace the store there "
             "(closed in every process)")
-    if not _is_replaceable(target):
+    if not is_replaceable(target):
         raise NotAStateStoreError(
             f"cannot restore into {target}: it holds files that are not a joinstate store "
             "(no CURRENT); nothing was changed; choose another directory")
@@ -740,51 +734,3 @@ def restore(uri: str, path: str | Path, *, checkpoint: str | None = None,
     return dataclasses.replace(
         info, transferred=tuple(f.name for f in todo),
         transferred_bytes=sum(f.size for f in todo), seconds=time.perf_counter() - t0)
-
-
-def open_checkpoint(
-    uri: str, path: str | Path, checkpoint: str | None,
-    options: StoreOptions | None = None, *, read_only: bool = False,
-    filesystem: pafs.FileSystem | None = None,
-) -> tuple[StateStore, How]:
-    """Open the working copy ``path`` as exactly checkpoint ``checkpoint`` of ``uri``.
-
-    The copy is opened as it is (``"local"``) if it records that checkpoint and RocksDB
-    has written nothing since; otherwise (or if the copy is damaged) the checkpoint is
-    restored over it (``"restored"``), so writes made after it (by a task that failed
-    before its own checkpoint, say) are discarded.  ``checkpoint=None`` means the state was never
-    checkpointed: the copy starts empty (``"new"``), whatever it held.  Only a joinstate
-    store or working copy is ever replaced; anything else raises
-    :class:`~joinstate.errors.NotAStateStoreError`.  Returns the open store and how.
-    """
-    from joinstate.store import StateStore
-
-    target = Path(path)
-    loc = Location.of(uri, filesystem)
-    if checkpoint is None:
-        if target.is_dir() and any(target.iterdir()):
-            if not _is_replaceable(target):
-                raise NotAStateStoreError(
-                    f"{target} holds files that are not a joinstate store; nothing was "
-                    "changed; choose another directory for the working copies")
-            shutil.rmtree(target)
-        return StateStore(target, options, read_only=read_only), "new"
-    mine = local_checkpoint(target)
-    if mine is not None and mine.id == checkpoint and mine.location == loc.key \
-            and (target / "CURRENT").exists():
-        try:
-            store = StateStore(target, options, read_only=read_only)
-        except (StateCorruptedError, NotAStateStoreError) as exc:
-            # A damaged working copy: the checkpoint is the state, restore it.
-            log.warning("working copy %s cannot be opened (%s); restoring checkpoint %s",
-                        target, exc, checkpoint)
-        else:
-            try:
-                if store.last_sequence() == mine.sequence:
-                    return store, "local"
-            except BaseException:
-                store.close()
-                raise
-            store.close()
-    restore(uri, target, checkpoint=checkpoint, replace=True, filesystem=filesystem)
-    return StateStore(target, options, read_only=read_only), "restored"

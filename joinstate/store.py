@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from joinstate import _rocks
+from joinstate import checkpoint as ckpt
 from joinstate.db import LAYOUT_VERSION, Database
 from joinstate.errors import JoinSpecMismatchError, SchemaMismatchError
 from joinstate.join import Join
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
     import pyarrow.fs as pafs
 
-    from joinstate.checkpoint import CheckpointInfo
     from joinstate.join import How
     from joinstate.options import StoreOptions
 
@@ -195,7 +195,7 @@ class StateStore(Database):
             return int(self._require_open().latest_sequence_number())
 
     def checkpoint(self, uri: str, *, keep: int = 3, protect: Iterable[str] = (),
-                   filesystem: pafs.FileSystem | None = None) -> CheckpointInfo:
+                   filesystem: pafs.FileSystem | None = None) -> ckpt.CheckpointInfo:
         """Copy the store as of now to ``uri``, uploading only files not already there.
 
         ``uri`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/prefix``,
@@ -205,8 +205,6 @@ class StateStore(Database):
         those whose ids are in ``protect`` are kept, older ones deleted.  Returns the new
         checkpoint (``transferred``: the files uploaded).  See :mod:`joinstate.checkpoint`.
         """
-        from joinstate import checkpoint as ckpt
-
         self.require_writable(f"checkpoint to {uri}")
         loc = ckpt.Location.of(uri, filesystem)
         keep = ckpt.check_keep(keep)
@@ -227,7 +225,5 @@ class StateStore(Database):
         one :class:`~joinstate.errors.CheckpointNotFoundError`.  Use the result as a
         context manager, like any store.
         """
-        from joinstate import checkpoint as ckpt
-
         ckpt.restore(uri, path, checkpoint=checkpoint, replace=replace, filesystem=filesystem)
         return cls(path, options, read_only=read_only)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -28,6 +28,8 @@ from planner._sqlexpr import ExprCompiler, cast_to
 from planner._sqlscope import (
     Bound,
     BoundScope,
+    Rel,
+    SourceSpec,
     aliases_of,
     columns_of,
     conjuncts,
@@ -39,12 +41,34 @@ from planner.rule import Decision
 from planner.rules.join_order import JoinEdge, JoinInput, JoinOrderContext
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-    from joinstate import Stream
-    from planner._sqlrel import QueryCompiler
+    from joinstate import Pipeline, Stream
 
-__all__ = ["FromPlanner", "join_bounds"]
+__all__ = ["FromPlanner", "QueryContext", "join_bounds"]
+
+
+class QueryContext(Protocol):
+    """What planning a FROM clause needs of the query compiler that owns it.
+
+    The compiler (``planner._sqlrel.QueryCompiler``) plans each SELECT's FROM clause here
+    and this planner calls back for nested queries, binding and decisions: a Protocol
+    keeps that a one-way import.
+    """
+
+    pipeline: Pipeline
+    sources: Mapping[str, SourceSpec]
+    outer_scopes: list[frozenset[str]]
+
+    def query(self, node: exp.Expr, names: Sequence[str] | None = None) -> Rel: ...
+
+    def bind(self, node: exp.Expr) -> Bound: ...
+
+    def outer_aliases(self) -> frozenset[str]: ...
+
+    def record(self, decision: Decision) -> None: ...
+
+    def join_order(self, context: JoinOrderContext) -> list[str]: ...
 
 _VALID_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -155,7 +179,7 @@ _OUTER = {"LEFT": "left", "RIGHT": "right", "FULL": "full"}
 class FromPlanner:
     """Plans one SELECT's FROM clause and WHERE conjuncts (see the module docstring)."""
 
-    def __init__(self, qc: QueryCompiler, node: exp.Select) -> None:
+    def __init__(self, qc: QueryContext, node: exp.Select) -> None:
         self.qc = qc
         self.node = node
         self.column_uses: Counter[tuple[str, str]] = Counter()

@@ -30,6 +30,7 @@ from oracle import join_oracle, zset_add, zset_from_table
 
 import joinstate
 from joinstate import checkpoint as ck
+from joinstate.working_copy import open_checkpoint
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -556,43 +557,43 @@ def test_open_checkpoint_uses_restores_or_starts_a_working_copy(tmp_path: Path) 
     remote = str(tmp_path / "remote")
     feed = Feed(9)
     work = tmp_path / "work"
-    store, how = ck.open_checkpoint(remote, work, None)
+    store, how = open_checkpoint(remote, work, None)
     assert how == "new"
     with store:
         join = open_join(store)
         push_all(join, feed.batches(1))
         info = store.checkpoint(remote)
         at_info = state_of(join)
-    store, how = ck.open_checkpoint(remote, work, info.id)
+    store, how = open_checkpoint(remote, work, info.id)
     assert how == "local"  # exactly the checkpoint: used as it is
     with store:
         push_all(open_join(store), feed.batches(1))  # a write nobody checkpointed
-    store, how = ck.open_checkpoint(remote, work, info.id)
+    store, how = open_checkpoint(remote, work, info.id)
     assert how == "restored"  # newer than the checkpoint: the write is discarded
     with store:
         assert state_of(open_join(store)) == at_info
     sst = max(work.glob("*.sst"), key=lambda p: p.stat().st_size)
     truncate_half(sst)  # a damaged working copy that still records the checkpoint
-    store, how = ck.open_checkpoint(remote, work, info.id)
+    store, how = open_checkpoint(remote, work, info.id)
     assert how == "restored"
     with store:
         assert state_of(open_join(store)) == at_info
         store.verify()
     shutil.rmtree(work)
-    store, how = ck.open_checkpoint(remote, work, info.id, read_only=True)
+    store, how = open_checkpoint(remote, work, info.id, read_only=True)
     assert how == "restored"
     with store:
         assert state_of(open_join(store)) == at_info
-    store, how = ck.open_checkpoint(remote, work, None)  # never checkpointed: empty
+    store, how = open_checkpoint(remote, work, None)  # never checkpointed: empty
     with store:
         assert how == "new" and store.joins() == []
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(joinstate.NotAStateStoreError, match="not a joinstate store"):
-        ck.open_checkpoint(remote, foreign, None)
+        open_checkpoint(remote, foreign, None)
     with pytest.raises(joinstate.NotAStateStoreError, match="not a joinstate store"):
-        ck.open_checkpoint(remote, foreign, info.id)
+        open_checkpoint(remote, foreign, info.id)
     assert (foreign / "notes.txt").read_text() == "mine"
 
 

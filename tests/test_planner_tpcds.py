@@ -17,6 +17,7 @@ sides (a materialized output places NULLs per ORDER BY key).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from pathlib import Path
 
-SF = 0.01
+SF = float(os.environ.get("JOINSTATE_TEST_SF", "0.01"))
+"""The scale factor of these checks (``JOINSTATE_TEST_SF=0.1`` runs them on ten times the
+data: other key distributions, more groups, more NULLs)."""
 FACTS = {"store_sales", "store_returns", "catalog_sales", "catalog_returns", "web_sales",
          "web_returns", "inventory"}
 
