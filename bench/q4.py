@@ -912,10 +912,12 @@ def run_q4(sf: float = 0.1, sizes: Sequence[float] = (0.0001, 0.001, 0.01), repe
            out: Path | None = None, *, unshared: bool = True, seed: int = 0,
            workdir: Path | None = None, cache_dir: Path | None = None,
            chunk_rows: int = 200_000, check_every: str = "each", qualify: int | None = None,
-           recompute_runs: int = 3, strategies: Sequence[str] = ()) -> dict[str, Any]:
+           recompute_runs: int = 3, strategies: Sequence[str] = (),
+           spark_sql: bool = False) -> dict[str, Any]:
     """Run the suite; write ``q4.json``/``q4.md`` under ``out`` if given.
 
-    ``results["ok"]`` is whether every check of every pass passed.
+    ``results["ok"]`` is whether every check of every pass passed (and, with
+    ``spark_sql``, whether Spark SQL's from-scratch answer equals DuckDB's).
     """
     from bench.live import _git
 
@@ -952,8 +954,14 @@ def run_q4(sf: float = 0.1, sizes: Sequence[float] = (0.0001, 0.001, 0.01), repe
             shutil.rmtree(tmp, ignore_errors=True)
     res["final_rows"] = {n: t.num_rows for n, t in final.items()}
     res["duckdb_recompute"] = duckdb_recompute(final, recompute_runs)
+    res["spark_sql_recompute"] = None
+    if spark_sql:
+        from bench import spark_sql as sparksql
+
+        res["spark_sql_recompute"] = sparksql.recompute(final, recompute_runs)
     res["load_average_end"] = list(os.getloadavg())
-    res["ok"] = all(p["ok"] for p in res["passes"])
+    res["ok"] = all(p["ok"] for p in res["passes"]) and (
+        not spark_sql or bool(res["spark_sql_recompute"]["matches_duckdb"]))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "q4.json").write_text(json.dumps(res, indent=1, default=str))
@@ -1011,6 +1019,14 @@ def to_markdown(res: dict[str, Any]) -> str:
           f"{rc['answer']['median_ms']:,.0f} ms; load average (1 min) "
           f"{res['load_average_start'][0]:.1f} at the start, {res['load_average_end'][0]:.1f} "
           f"at the end ({os.cpu_count()} CPUs)", ""]
+    sq = res.get("spark_sql_recompute")
+    if sq:
+        md += [f"Spark SQL from scratch on the same tables (Parquet, local, "
+               f"{sq['parallelism']} partitions per stage): year_total median "
+               f"{sq['year_total']['median_ms']:,.0f} ms, answer median "
+               f"{sq['answer']['median_ms']:,.0f} ms (first run "
+               f"{sq['answer']['first_ms']:,.0f} ms); its answer "
+               f"{'equals' if sq['matches_duckdb'] else 'DIFFERS FROM'} DuckDB's", ""]
     recompute = rc["answer"]["median_ms"]
     for p in res["passes"]:
         pop = p["population"]
@@ -1042,7 +1058,9 @@ def to_markdown(res: dict[str, Any]) -> str:
             md.append(f"| {_pct(s['share'])} | **whole batch** | "
                       f"{sum(s['kinds'][k]['rows'] for k in KINDS):,} | {b['first_ms']:.1f} | "
                       f"{b['median_ms']:.1f} | {b['max_ms']:.1f} | DuckDB answer from "
-                      f"scratch / median batch: {_times(recompute / b['median_ms'])} | |")
+                      f"scratch / median batch: {_times(recompute / b['median_ms'])}"
+                      + (f"; Spark SQL: {_times(sq['answer']['median_ms'] / b['median_ms'])}"
+                         if sq else "") + " | |")
         n_ok = sum(c["ok"] for c in p["checks"])
         md += ["", f"checks against DuckDB: {n_ok}/{len(p['checks'])} passed "
                f"({p['output_deltas']:,} output deltas integrated) -> "
@@ -1136,6 +1154,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="customers given sales that put them in q4's answer after "
                          "population (default: 0.1%% of the customers, at least 3; 0: none)")
     ap.add_argument("--recompute-runs", type=int, default=3)
+    ap.add_argument("--spark-sql", action="store_true",
+                    help="also time Spark SQL (local) computing q4 from scratch on the final "
+                         "tables, its answer checked against DuckDB's")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where the RocksDB directories go (default: a temp dir, removed after)")
     ap.add_argument("--strategies", default="symmetric,asymmetric,auto",
@@ -1151,7 +1172,8 @@ def main(argv: list[str] | None = None) -> int:
     res = run_q4(a.sf, sizes, a.repeat, a.out, unshared=not a.no_unshared, seed=a.seed,
                  workdir=a.workdir, cache_dir=a.cache_dir, chunk_rows=a.chunk_rows,
                  check_every=a.check, qualify=a.qualify, recompute_runs=a.recompute_runs,
-                 strategies=[x for x in a.strategies.split(",") if x.strip()])
+                 strategies=[x for x in a.strategies.split(",") if x.strip()],
+                 spark_sql=a.spark_sql)
     print(to_markdown(res))
     print(f"\nwrote {a.out / 'q4.json'} and {a.out / 'q4.md'}")
     if not res["ok"]:

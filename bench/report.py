@@ -233,6 +233,10 @@ def failures(results: Mapping[str, Any]) -> list[str]:
                            f"{'ok' if c['year_total']['ok'] else 'differs'}, answer "
                            f"{'ok' if c['q4']['ok'] else 'differs'}, top 100 "
                            f"{'ok' if c.get('top100_ok') else 'differs'}")
+    sq = _q4(results).get("spark_sql_recompute")
+    if sq and not sq.get("matches_duckdb"):
+        out.append(f"Spark SQL's q4 from scratch ({sq['rows']['q4']} rows) differs from "
+                   f"DuckDB's ({sq['want_rows']['q4']} rows) on the same tables")
     spark = results.get("spark")
     if spark:
         out += [f"Spark, after {s['step']}: differs from DuckDB"
@@ -627,6 +631,10 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
         spark_share, spark_ms = spark_batches(results.get("spark"))
         head = ["size", "rows per batch"] + [f"{p['name']} median ms" for p in passes]
         head += ["DuckDB q4 from scratch ms", "from scratch / incremental"]
+        sq = q4.get("spark_sql_recompute") or {}
+        sql_ms = (sq.get("answer") or {}).get("median_ms")
+        if sql_ms is not None:
+            head += ["Spark SQL q4 from scratch ms", "Spark SQL / incremental"]
         md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         first = passes[0]
         for i, s in enumerate(first.get("sizes", [])):
@@ -636,6 +644,8 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
                       else "-" for p in passes]
             med = float(s["batch"]["median_ms"])
             cells += [_ms(answer_ms), _ratio(answer_ms / med) if answer_ms and med else "-"]
+            if sql_ms is not None:
+                cells += [_ms(sql_ms), _ratio(sql_ms / med) if med else "-"]
             md.append("| " + " | ".join(cells) + " |")
         md.append("")
         rc = q4.get("duckdb_recompute") or {}
@@ -643,6 +653,12 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
             md += [f"DuckDB on the final tables, {rc.get('threads', '?')} threads, median of "
                    f"{len((rc.get('answer') or {}).get('ms', []))} runs: q4 {_ms(answer_ms)} ms, "
                    f"its year_total CTE alone {_ms(year_total_ms)} ms.", ""]
+        if sql_ms is not None:
+            md += [f"Spark SQL (local, Parquet inputs read each run) on the same final "
+                   f"tables, median of {sq.get('runs', '?')} runs: q4 {_ms(sql_ms)} ms (first "
+                   f"run {_ms(sq['answer']['first_ms'])} ms), year_total "
+                   f"{_ms(sq['year_total']['median_ms'])} ms; its answer "
+                   f"{'equals' if sq.get('matches_duckdb') else 'DIFFERS FROM'} DuckDB's.", ""]
         if spark_ms is not None and spark_share is not None:
             md += [f"On local Spark ({results['spark'].get('shards')} shards), one batch of "
                    f"each kind at {_pct(spark_share)}: {spark_ms:,.0f} ms, Spark's job "

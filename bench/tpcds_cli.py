@@ -8,6 +8,8 @@ the existing suites and hands their results to :mod:`bench.report`:
    shared indexes and one without, each populated, then given change batches of every
    size (new sales, deleted sales, customer updates, a date_dim correction), every
    output checked against DuckDB computing q4 from scratch;
+   with ``spark=True`` also Spark SQL computing q4 from scratch on the final tables
+   (:mod:`bench.spark_sql`), checked against DuckDB;
 2. with ``spark=True``, :func:`bench.q4spark.run`: the same definition on local Spark
    (``spark_io.SparkPipeline``), populated and given three change batches, each checked
    against DuckDB;
@@ -148,7 +150,7 @@ def run(sf: float = 0.01, strategies: Sequence[str] = ("symmetric", "asymmetric"
     results["q4"] = q4.run_q4(sf, sizes, repeat, None, unshared=unshared, seed=seed,
                               workdir=workdir_q4, cache_dir=cache_dir, chunk_rows=chunk_rows,
                               check_every=check, recompute_runs=recompute_runs,
-                              strategies=strategies)
+                              strategies=strategies, spark_sql=spark)
     results["spark"] = None
     if spark:
         from bench import q4spark

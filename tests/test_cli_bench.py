@@ -91,6 +91,7 @@ def test_options_reach_the_suite(tmp_path: Path, fake_q4: list[dict[str, Any]]) 
     assert call["strategies"] == ["symmetric", "auto"] and call["unshared"] is False
     assert call["chunk_rows"] == 1000 and call["check_every"] == "end" and call["seed"] == 7
     assert call["out"] is None  # the report is ours, not run_q4's q4.md
+    assert call["spark_sql"] is False  # Spark SQL's recompute only with --spark
     assert (tmp_path / "r" / "report.md").exists()
 
 
@@ -148,12 +149,46 @@ def test_spark_run_is_wired(tmp_path: Path, fake_q4: list[dict[str, Any]],
     ((sf, shards, share, seed, kw),) = calls
     assert (sf, shards, share, seed) == (0.01, 3, 0.01, 0)  # the middle size by default
     assert kw["out"] == out / "spark"
+    assert fake_q4[0]["spark_sql"] is True  # Spark SQL recomputes q4 beside DuckDB
     md = (out / "report.md").read_text()
     assert "## Local Spark: 2 shards" in md  # from the (synthetic) Spark results
     ((bsf, bkw),) = baseline_calls  # Spark Structured Streaming's join beside joinstate
     assert (bsf, bkw["shards"]) == (0.01, 3)
     assert "## Spark Structured Streaming beside joinstate" in md
     assert "| Spark Structured Streaming join (RocksDB) | 4.0 | 2 | 4.00x |" in md
+
+
+def _with_spark_sql(matches: bool) -> dict[str, Any]:
+    res = synthetic_results(spark=False)["q4"]
+    ms = {"ms": [900.0, 500.0, 400.0], "first_ms": 900.0, "median_ms": 500.0,
+          "max_ms": 900.0}
+    res["spark_sql_recompute"] = {
+        "year_total": ms, "answer": ms, "rows": {"year_total": 10, "q4": 2 if matches else 3},
+        "want_rows": {"year_total": 10, "q4": 2}, "matches_duckdb": matches,
+        "parallelism": 2, "runs": 3}
+    return res
+
+
+def test_spark_sql_recompute_is_reported(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(q4, "run_q4", lambda *a, **k: _with_spark_sql(True))
+    result = run("bench", "tpcds", "--out", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "Spark SQL q4 from scratch ms" in md
+    assert "q4 500.0 ms (first run 900.0 ms)" in md or "q4 500 ms (first run 900 ms)" in md
+    assert "its answer equals DuckDB's" in md
+
+
+def test_spark_sql_answer_differing_from_duckdb_fails_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    res = _with_spark_sql(False)
+    res["ok"] = False  # what run_q4 says when Spark SQL's answer differs
+    monkeypatch.setattr(q4, "run_q4", lambda *a, **k: res)
+    result = run("bench", "tpcds", "--out", tmp_path / "r")
+    assert result.exit_code == 1, result.output
+    assert "Spark SQL's q4 from scratch (3 rows) differs from DuckDB's (2 rows)" in \
+        result.output
 
 
 @pytest.mark.parametrize(("args", "needles"), [
