@@ -5,7 +5,12 @@
   part of one and the final output equals a plain evaluation of the final inputs;
 * disk full: pushes into a pipeline on a 4 MiB tmpfs until it is full raise
   ``StateIOError``; ``close()`` works; after the disk grows, a reopen holds exactly the
-  committed pushes (checked against a plain evaluation) and accepts more.
+  committed pushes (checked against a plain evaluation) and accepts more;
+* a flipped byte: 64 bytes inverted in the middle of every big SST of a closed pipeline
+  store; a push probing the damaged index raises ``StateCorruptedError`` (point and
+  scan probes) and changes nothing, ``verify()`` finds the damage;
+* int64 overflow: an aggregate's count and a join's output weight past int64 raise
+  ``WeightOverflowError`` and change nothing; the pipeline goes on from where it was.
 """
 
 from __future__ import annotations
@@ -160,3 +165,118 @@ def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
         assert not p.committed(f"a{n}")
         p.push("a", delta(A, np.array([0]), [5]))  # writable again
         assert as_rows(p.read("totals")) == expected([*committed, (0, 5)], b_rows)
+
+
+# ---- a flipped byte in a pipeline's state --------------------------------------------------
+
+CORRUPT_ROWS = 20_000
+
+
+def define_wide(p: joinstate.Pipeline) -> None:
+    """``a ⋈ b`` on ``k``, b's long strings kept (its index fills SSTs of many blocks), and
+    a materialized count per key of ``a`` (small: stays readable when the big files are
+    damaged, so it shows whether a failed push changed anything)."""
+    a = p.source("a", A)
+    b = p.source("b", B)
+    p.output("pairs", a.join(b, on="k").select({"k": "k", "v": "v", "s": "s"}))
+    p.output("per_key", a.group_by("k").aggregate(n=("count", None)), materialize=True)
+
+
+@pytest.fixture(scope="module")
+def pristine_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from faults import sst_files
+
+    path = tmp_path_factory.mktemp("pristine-pipeline") / "store"
+    keys = np.arange(CORRUPT_ROWS)
+    with joinstate.StateStore(path) as store:
+        p = joinstate.Pipeline(store, "wide")
+        define_wide(p)
+        p.push("b", delta(B, keys, [f"row {i:08d} " + "x" * 80 for i in keys.tolist()]))
+        p.push("a", delta(A, keys[:10], list(range(10))))
+        store.flush()
+    assert any(f.stat().st_size > 1 << 20 for f in sst_files(path)), sst_files(path)
+    return path
+
+
+def _open_wide(path: Path) -> tuple[joinstate.StateStore, joinstate.Pipeline] | None:
+    try:
+        store = joinstate.StateStore(path)
+    except joinstate.StateCorruptedError:
+        return None  # refusing to open a damaged store is a right answer too
+    p = joinstate.Pipeline(store, "wide")
+    define_wide(p)
+    return store, p
+
+
+def test_pristine_pipeline_copy_answers(pristine_pipeline: Path, tmp_path: Path) -> None:
+    """The control: the undamaged copy joins every probed key."""
+    from faults import copy_store
+
+    opened = _open_wide(copy_store(pristine_pipeline, tmp_path / "store"))
+    assert opened is not None
+    store, p = opened
+    with store:
+        outs = p.push("a", delta(A, np.arange(CORRUPT_ROWS), [1] * CORRUPT_ROWS))
+        assert outs["pairs"].num_rows == CORRUPT_ROWS
+        assert p.read("per_key").num_rows == CORRUPT_ROWS
+
+
+@pytest.mark.parametrize("probe", ["point", "scan"])
+def test_flipped_sst_block_fails_a_pipeline_push_and_applies_nothing(
+        pristine_pipeline: Path, tmp_path: Path, probe: str) -> None:
+    from faults import copy_store, flip_bytes, sst_files
+
+    path = copy_store(pristine_pipeline, tmp_path / "store")
+    for sst in sst_files(path):
+        if sst.stat().st_size > 1 << 20:
+            flip_bytes(sst, 64)
+    try:
+        store = joinstate.StateStore(path, joinstate.StoreOptions(probe=probe))  # type: ignore[arg-type]
+    except joinstate.StateCorruptedError:
+        return  # refusing to open a damaged store is a right answer too
+    p = joinstate.Pipeline(store, "wide")
+    define_wide(p)
+    with store:
+        before = p.read("per_key")
+        with pytest.raises(joinstate.StateCorruptedError):
+            outs = p.push("a", delta(A, np.arange(CORRUPT_ROWS), [1] * CORRUPT_ROWS))
+            pytest.fail(f"the push returned {outs['pairs'].num_rows} of {CORRUPT_ROWS} pairs")
+        # one transaction: a's index and the per-key counts are as before the push
+        assert p.read("per_key").equals(before)
+        with pytest.raises(joinstate.StateCorruptedError):
+            store.verify()
+
+
+# ---- int64 overflow inside a pipeline --------------------------------------------------------
+
+
+def test_aggregate_count_overflow_applies_nothing(tmp_path: Path) -> None:
+    """A group's count(*) past int64 (huge weights): WeightOverflowError, nothing written,
+    the pipeline goes on from where it was."""
+    big = (1 << 62)
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "wide")
+        define_wide(p)
+        p.push("b", delta(B, np.array([1]), ["one"]))
+        p.push("a", delta(A, np.array([1]), [5], w=big))
+        before = p.read("per_key")
+        with pytest.raises(joinstate.WeightOverflowError):
+            p.push("a", delta(A, np.array([1, 1]), [6, 7], w=big))
+        assert p.read("per_key").equals(before)
+        # b's side of the join still holds one row: a retraction of a's row pairs once
+        outs = p.push("a", delta(A, np.array([1]), [5], w=-big))
+        assert outs["pairs"].column(joinstate.WEIGHT).to_pylist() == [-big]
+        assert p.read("per_key").num_rows == 0
+
+
+def test_join_output_weight_overflow_applies_nothing(tmp_path: Path) -> None:
+    """weight(a row) x weight(b row) past int64 in the join: refused, nothing written."""
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = joinstate.Pipeline(store, "wide")
+        define_wide(p)
+        p.push("b", delta(B, np.array([1]), ["one"], w=1 << 40))
+        with pytest.raises(joinstate.WeightOverflowError):
+            p.push("a", delta(A, np.array([1]), [5], w=1 << 40))
+        assert p.read("per_key").num_rows == 0
+        outs = p.push("a", delta(A, np.array([1]), [5], w=2))
+        assert outs["pairs"].column(joinstate.WEIGHT).to_pylist() == [2 << 40]
