@@ -164,7 +164,8 @@ def spark_join(spark: SparkSession, work: Path, customer: Path, sales: Path, str
         "strategy": rep.strategy,
         "jobs": [{"side": j.side, "s": round(j.seconds, 3),
                   "task_s": [round(t.seconds, 3) for t in sorted(j.shards,
-                                                                key=lambda t: t.shard)]}
+                                                                key=lambda t: t.shard)],
+                  "task_rows": [t.rows_in for t in sorted(j.shards, key=lambda t: t.shard)]}
                  for j in rep.jobs],
         "digest": digest_parquet(files, weighted=True)}
     if micro:

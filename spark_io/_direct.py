@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,6 +35,7 @@ import pyarrow.parquet as pq
 
 import population
 from population.sources import DEFAULT_BATCH_ROWS
+from spark_io._profile import task_profile
 from spark_io._worker import (
     _BatchFiles,
     _Counted,
@@ -47,6 +47,7 @@ from spark_io._worker import (
 )
 from spark_io.errors import PopulationStateError
 from spark_io.frames import INT96_UNIT
+from spark_io.outputs import OutputDir
 from spark_io.routing import ShardRouter
 from spark_io.types import conform_batch
 
@@ -125,11 +126,13 @@ class DirectPopulateTask(_ShardTask):
     batch_rows: int = DEFAULT_BATCH_ROWS
 
     def __call__(self, shards: Iterator[Any]) -> Iterator[pa.RecordBatch]:
-        resume = self.resume or _task_attempt() > 0
+        attempt = _task_attempt()
+        resume = self.resume or attempt > 0
         for shard in (int(s) for s in shards):
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             detail: dict[str, Any] = {}
-            with self.open(shard) as (join, opened):
+            with task_profile("populate-files", shard, attempt), \
+                    self.open(shard) as (join, opened):
                 if join.phase == "live":
                     # Populated by an earlier attempt or run: its output files are complete.
                     rows_in, rows_out, replayed = 0, 0, True
@@ -138,13 +141,14 @@ class DirectPopulateTask(_ShardTask):
                     replayed = False
             yield _report(shard, "both", rows_in, rows_out, time.perf_counter() - t0,
                           replayed=replayed,
-                          detail={**detail, "read": "files", "checkpoint": opened.report()})
+                          detail={**detail, "read": "files", "checkpoint": opened.report(),
+                                  "process_cpu_s": round(time.process_time() - cpu0, 3)})
 
     def _populate(self, join: Join, shard: int, resume: bool
                   ) -> tuple[int, int, dict[str, Any]]:
         assert self.files is not None
         first = self._resume_points(join, shard, resume)
-        out = _BatchFiles(Path(self.output_dir), shard)
+        out = _BatchFiles(OutputDir(self.output_dir), shard)
         for side in _SIDES:
             out.remove_from(side, first.get(side, 0))
         inputs = {

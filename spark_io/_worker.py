@@ -23,7 +23,7 @@ Lifecycle of a task, whatever the operation:
 
 Checkpointed shards (``checkpoint_uri``).  Step 2 then opens the shard's working copy
 as exactly the checkpoint the driver committed for it (:class:`~spark_io.manifest.ShardStorage`,
-:func:`joinstate.checkpoint.open_checkpoint`): a copy that is missing (a new executor, a
+:func:`joinstate.working_copy.open_checkpoint`): a copy that is missing (a new executor, a
 lost disk), older, or holds writes no committed checkpoint has (an attempt that died
 before its checkpoint, a job that failed elsewhere) is replaced by that checkpoint
 first.  When the task's work on the shard ends cleanly and RocksDB wrote anything, the
@@ -56,23 +56,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import population
 from joinstate import IndexOptions, Join, SideName, StateLockedError, StateStore, StoreOptions
-from joinstate.checkpoint import open_checkpoint
+from joinstate.working_copy import open_checkpoint
 from spark_io.errors import PopulationStateError, ShardBusyError
 from spark_io.manifest import Manifest, ShardStorage, shard_key
+from spark_io.outputs import OutputDir, parquet_out
 from spark_io.routing import SHARD
 from spark_io.types import conform_batch
 
@@ -277,52 +274,6 @@ def by_shard(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Iterator[
         yield s, iter(pending.pop(s))
 
 
-class _ParquetOut:
-    """Output rows of one shard to ``path``: hidden temporary file, renamed when complete."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        self.writer: pq.ParquetWriter | None = None
-        self.rows = 0
-
-    def write(self, table: pa.Table) -> None:
-        if not table.num_rows:
-            return
-        if self.writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(str(self.tmp), table.schema, **OUTPUT_PARQUET)
-        self.writer.write_table(table)
-        self.rows += table.num_rows
-
-    def commit(self) -> None:
-        """Publish the file (or remove a stale one if this attempt produced no rows)."""
-        if self.writer is None:
-            self.path.unlink(missing_ok=True)
-            return
-        self.writer.close()
-        self.writer = None
-        self.tmp.replace(self.path)
-
-    def abort(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        self.tmp.unlink(missing_ok=True)
-
-
-@contextmanager
-def parquet_out(path: Path) -> Iterator[_ParquetOut]:
-    """A :class:`_ParquetOut` committed on a clean exit and removed otherwise."""
-    out = _ParquetOut(path)
-    try:
-        yield out
-    except BaseException:
-        out.abort()
-        raise
-    out.commit()
-
-
 def _report(shard: int, side: str, rows_in: int, rows_out: int, seconds: float,
             replayed: bool = False, detail: dict[str, Any] | None = None) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(
@@ -367,45 +318,36 @@ def populate_shard(
 class _BatchFiles:
     """Population output of one shard: one Parquet file per input batch, atomically."""
 
-    def __init__(self, directory: Path, shard: int) -> None:
+    def __init__(self, directory: OutputDir, shard: int) -> None:
         self.directory = directory
         self.shard = shard
         self.rows = 0
 
-    def path(self, side: str, index: int) -> Path:
-        return self.directory / f"{side}-shard-{self.shard:05d}-{index:08d}.parquet"
+    def name(self, side: str, index: int) -> str:
+        return f"{side}-shard-{self.shard:05d}-{index:08d}.parquet"
 
     def write(self, table: pa.Table, batch: population.OutputBatch) -> None:
         """Write (or replace: a re-delivery) the output of one input batch."""
-        path = self.path(batch.side, batch.index)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        try:
-            pq.write_table(table, str(tmp), **OUTPUT_PARQUET)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        self.directory.write_table(self.name(batch.side, batch.index), table,
+                                   **OUTPUT_PARQUET)
         self.rows += table.num_rows
 
     def remove_from(self, side: str, first: int) -> None:
         """Remove the files of ``side``'s batches ``>= first`` (and temporary files)."""
         prefix = f"{side}-shard-{self.shard:05d}-"
-        if not self.directory.exists():
-            return
-        for f in self.directory.iterdir():
-            name = f.name.lstrip(".")
+        for entry, _ in self.directory.entries():
+            name = entry.lstrip(".")
             if not name.startswith(prefix):
                 continue
-            if f.name.startswith("."):
-                f.unlink(missing_ok=True)  # an attempt's unfinished file
+            if entry.startswith("."):
+                self.directory.delete_file(entry)  # an attempt's unfinished file
                 continue
             try:
                 index = int(name[len(prefix):].split(".")[0])
             except ValueError:
                 continue
             if index >= first:
-                f.unlink(missing_ok=True)
+                self.directory.delete_file(entry)
 
 
 def _task_attempt() -> int:
@@ -482,7 +424,7 @@ class PopulateTask(_ShardTask):
                     rows_in, rows_out, replayed, detail = 0, 0, True, {}
                 else:
                     first = self._resume_point(join, shard, resume)
-                    files = _BatchFiles(Path(self.output_dir), shard)
+                    files = _BatchFiles(OutputDir(self.output_dir), shard)
                     files.remove_from(self.side, first)
                     counted = _Counted(self.conformed(self.side, pieces))
                     detail = populate_shard(join, self.side, iter(counted),
@@ -560,7 +502,8 @@ class ApplyTask(_ShardTask):
                 out = join.push(self.side, delta, commit_id=self.commit_id)
                 if self.forget_prefix is not None and self.keep_after is not None:
                     join.forget_commits(keep=self._keep)
-            with parquet_out(Path(self.output_dir) / f"part-shard-{shard:05d}.parquet") as f:
+            with parquet_out(OutputDir(self.output_dir), f"part-shard-{shard:05d}.parquet",
+                             OUTPUT_PARQUET) as f:
                 f.write(out)
             yield _report(shard, self.side, delta.num_rows, out.num_rows,
                           time.perf_counter() - t0, replayed=replayed,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import population
-from joinstate import OptionsError, SchemaMismatchError, StoreOptions
+from joinstate import JoinStateError, OptionsError, SchemaMismatchError, StoreOptions
 from joinstate.checkpoint import Location
 from joinstate.names import validate_name
 from population.strategy import PRESETS
@@ -225,17 +225,38 @@ def check_checkpoint_uri(value: object) -> str | None:
     """
     if value is None:
         return None
+    return check_location(value, "checkpoint_uri")
+
+
+def check_location(value: object, argument: str,
+                   error: type[JoinStateError] = OptionsError) -> str:
+    """A directory by local path (made absolute here, on the driver) or pyarrow.fs URI."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
-        raise OptionsError(
-            f"checkpoint_uri={value!r} must be None, a URI (s3://bucket/prefix, gs://...,"
-            " hdfs://...) or a directory path every executor reaches")
+        raise error(
+            f"{argument}={value!r} must be a directory path or a URI pyarrow.fs opens "
+            "(s3://bucket/prefix, gs://..., hdfs://..., file:///...) that the driver and "
+            "every executor reach by that name")
     try:
         Location.of(value)
     except OptionsError as exc:
-        raise OptionsError(f"checkpoint_uri: {exc}") from exc
+        raise error(f"{argument}: {exc}") from exc
     return value if "://" in value else str(Path(value).resolve())
+
+
+def check_output_uri(value: object) -> str | None:
+    """``None`` (the default location) or where operation outputs go (:func:`check_location`)."""
+    return None if value is None else check_location(value, "output_uri")
+
+
+def check_same_output_uri(given: str | None, stored: str, owner: str, state_dir: Path) -> None:
+    """Refuse an explicit ``output_uri`` other than the one ``owner`` was created with."""
+    if given is not None and given != stored:
+        raise OptionsError(
+            f"output_uri={given!r}: {owner} in {state_dir} was created with output_uri "
+            f"{stored!r}, which a resumed populate() and apply(op_id=...) replays rely on; "
+            "omit output_uri to use it, or use a new state_dir")
 
 
 def check_local_dir(value: object, checkpoint_uri: str | None) -> str | None:

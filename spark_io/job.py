@@ -22,11 +22,13 @@ new checkpoint id in the manifest once the job has succeeded: that record is the
 commit.  Tasks open a shard as exactly its committed checkpoint, restoring it when
 the working copy is missing, older or ahead (:mod:`spark_io._worker`), so shards may
 live on executor-local disk (``local_dir=``) and move between executors, and a failed
-job's writes are rolled back wherever they landed.
+job's writes are rolled back wherever they landed.  Outputs then go under the
+checkpoint location (:mod:`spark_io.outputs`), so no executor needs the driver's
+``state_dir``: it holds the manifest and reports, which only the driver reads.
 
 Exactly-once evaluation.  :meth:`SparkJoin.populate` and :meth:`SparkJoin.apply` are
 **eager**: the Spark jobs run when the method is called, each output row is written
-once to Parquet under ``<state_dir>/_spark/outputs/<operation>/``, and the returned
+once to Parquet under ``<outputs>/<operation>/`` (:attr:`SparkJoin.outputs_uri`), and the returned
 DataFrame is a lazily evaluated ``spark.read.parquet`` of those files.  Evaluating it
 any number of times (``count()``, ``show()``, ``collect()``) reads the same rows and
 never touches the state.  Eagerness is deliberate: a lazily applied change would be
@@ -45,7 +47,6 @@ import hashlib
 import json
 import logging
 import math
-import shutil
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,7 @@ from spark_io.errors import PopulationStateError, SparkIOError, translate_task_e
 from spark_io.executors import check_executors
 from spark_io.frames import ParquetFiles, count_rows, parquet_files
 from spark_io.manifest import Manifest, ShardStorage, manifest_path, other_owners
+from spark_io.outputs import OutputDir
 from spark_io.report import REPORT_SCHEMA, JobReport, ShardReport, SparkReport
 from spark_io.routing import collect_small, route, split
 from spark_io.types import arrow_schema, arrow_type, spark_schema
@@ -90,7 +92,7 @@ __all__ = [
     "checkpoints_of",
     "complete_output_dir",
     "failed_apply_note",
-    "holds_output",
+    "local_outputs",
     "open_output_dir",
     "operation_id",
     "run_job",
@@ -114,6 +116,10 @@ job beyond its tasks on 2 cores).  The break-even is near 40 shards; 16 leaves r
 for slower shared storage, which every task reads in full.
 """
 _MARKER = "_joinstate_operation.json"
+OUTPUTS_UNDER_CHECKPOINTS = "_outputs"
+"""With ``checkpoint_uri``, outputs default to ``<checkpoint_uri>/_outputs/``."""
+REPORT_NAME = "_joinstate_report.json"
+"""A micro-batch's report, next to its output."""
 """In each operation output directory: join, operation, kind, and when it finished
 (``_``-prefixed: Spark's Parquet reader skips it)."""
 
@@ -156,7 +162,7 @@ class SparkJoin:
     :data:`spark_io.args.JOIN_TYPES`).  Before the first Spark job of a session, one
     probe task checks that executors can import joinstate
     (:func:`spark_io.check_executors`).  ``keep_outputs`` is how many operation output
-    directories (``<state_dir>/_spark/outputs/<operation>/``) of this join are kept:
+    directories (``<outputs_uri>/<operation>/``) of this join are kept:
     after each successful ``populate``/``apply`` the oldest beyond that are deleted
     (never the one just returned; ``None`` keeps all).
 
@@ -166,10 +172,12 @@ class SparkJoin:
     ``keep_checkpoints`` per shard, and a task restores a shard whose working copy is
     missing or not the committed checkpoint (see the module docstring).  With it,
     ``local_dir`` puts the working copies on each executor's own disk (a relative path
-    is resolved in each executor's working directory); ``state_dir`` then holds the
-    manifest, reports and operation outputs, which the driver and the executors must
-    still see at one path.  ``checkpoint_uri`` is fixed when the join is created; a
-    state directory with checkpoints holds that one join.
+    is resolved in each executor's working directory), and ``state_dir`` may be the
+    driver's own directory: it holds the manifest and reports, and operation outputs go
+    to ``<checkpoint_uri>/_outputs/``.  ``output_uri`` (a path or ``pyarrow.fs`` URI
+    that the driver, the executors and Spark's reader reach by one name) puts them
+    elsewhere; it is recorded when the join is created.  ``checkpoint_uri`` is fixed
+    when the join is created; a state directory with checkpoints holds that one join.
     """
 
     def __init__(
@@ -184,6 +192,7 @@ class SparkJoin:
         checkpoint_uri: str | Path | None = None,
         local_dir: str | Path | None = None,
         keep_checkpoints: int = 3,
+        output_uri: str | Path | None = None,
     ) -> None:
         # Every argument first: nothing is written and no job runs if one is wrong.
         _check_session(spark)
@@ -204,16 +213,21 @@ class SparkJoin:
         uri = args.check_checkpoint_uri(checkpoint_uri)
         local = args.check_local_dir(local_dir, uri)
         keep_ck = args.check_keep_checkpoints(keep_checkpoints)
+        out_uri = args.check_output_uri(output_uri)
         manifest = Manifest(
             name=name, shards=shards, how=how, suffixes=suffixes,
             left=_side_of(left, lkey, luniq, "left"),
             right=_side_of(right, rkey, runiq, "right"), checkpoint_uri=uri,
+            output_uri=out_uri or default_outputs(state, uri),
         )
         out_schema = _output_schema(manifest)  # validates the spec with the core's rules
         stored: Manifest | None = None
         if manifest_path(state, name).exists():
             stored = Manifest.read(state, name)
+            # A join created before NULL-key rows were spread keeps routing as it did.
+            manifest = manifest.replace(partitioner=stored.partitioner)
             stored.check_same(manifest, state)
+            args.check_same_output_uri(out_uri, stored.outputs(state), f"join {name!r}", state)
         args.check_sole_owner(other_owners(state, manifest_path(state, name)), uri, state)
         check_executors(spark)  # before the manifest is written: a broken setup leaves none
         if stored is None:
@@ -263,6 +277,7 @@ class SparkJoin:
         self.arrow_output_schema = out_schema
         self.output_schema: T.StructType = spark_schema(out_schema)
         self.last_report: SparkReport | None = None
+        self._outputs = OutputDir(manifest.outputs(state_dir))
 
     # ---- facts ----------------------------------------------------------------------------
 
@@ -407,7 +422,7 @@ class SparkJoin:
                 for side, final in ((small, False), (big, True)):
                     task = PopulateTask(
                         self.manifest, self.storage, options_to_dict(self.options),
-                        side=side, output_dir=str(out_dir), strategy=run_strategy,
+                        side=side, output_dir=out_dir.uri, strategy=run_strategy,
                         sizes=sizes, final=final, resume=resume,
                     )
                     rows = frames[side]
@@ -421,8 +436,8 @@ class SparkJoin:
         except BaseException as exc:
             # populate(resume=True) continues into this directory; keep it if it holds
             # output (an empty one is simply created again).
-            if not holds_output(out_dir):
-                shutil.rmtree(out_dir, ignore_errors=True)
+            if not out_dir.holds_output():
+                out_dir.remove()
             if isinstance(exc, Exception) and not isinstance(exc, PopulationStateError):
                 exc.add_note(
                     f"populate operation {op} of join {self.name!r} is recorded as "
@@ -433,7 +448,7 @@ class SparkJoin:
         self.manifest.write(self.state_dir)
         self._finish(SparkReport(
             join=self.name, operation=op, kind="populate", shards=self.shards,
-            output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
+            output_path=out_dir.uri, seconds=time.perf_counter() - t0, jobs=tuple(jobs),
             strategy=run_strategy if strategy != "auto" else f"auto->{run_strategy}",
             small_side=small,
         ))
@@ -487,13 +502,13 @@ class SparkJoin:
         log.info("populate %s reads through a shuffle: %s", self.name, "; ".join(reasons))
         return None
 
-    def _populate_files(self, files: dict[SideName, ParquetFiles], out_dir: Path,
+    def _populate_files(self, files: dict[SideName, ParquetFiles], out_dir: OutputDir,
                         strategy: str, small: SideName, sizes: dict[str, int],
                         resume: bool) -> JobReport:
         """One job, one task per shard, each reading the files itself (:mod:`spark_io._direct`)."""
         task = DirectPopulateTask(
             self.manifest, self.storage, options_to_dict(self.options),
-            files={str(s): f for s, f in files.items()}, output_dir=str(out_dir),
+            files={str(s): f for s, f in files.items()}, output_dir=out_dir.uri,
             strategy=strategy, small=small, sizes=sizes, resume=resume,
         )
         ids = self.spark.sparkContext.parallelize(range(self.shards), self.shards)
@@ -554,33 +569,31 @@ class SparkJoin:
         ``retain`` batches.
         """
         side = args.check_side(side)
-        base = args.check_path(output_path, "output_path")
+        base = OutputDir(args.check_location(output_path, "output_path", SchemaMismatchError))
         sink_id = args.check_op_id(sink_id, "sink_id")
         retain = args.check_retain(retain)
-        sid = sink_id or f"{side}-{hashlib.sha1(str(base).encode()).hexdigest()[:12]}"
+        sid = sink_id or f"{side}-{hashlib.sha1(base.uri.encode()).hexdigest()[:12]}"
         prefix = f"spark-stream:{sid}:"
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
             rows = self._conform_changes(side, args.check_dataframe(batch_df, "batch_df"))
-            out_dir = base / f"batch_id={batch_id}"
-            if out_dir.exists():
-                shutil.rmtree(out_dir)  # a replay: rewritten from the recorded outputs
-            out_dir.mkdir(parents=True)
+            out_dir = base.child(f"batch_id={batch_id}")
+            out_dir.remove()  # a replay: rewritten from the recorded outputs
+            out_dir.make()
             try:
                 self._apply(side, rows, commit_id=f"{prefix}{batch_id}", out_dir=out_dir,
                             operation=f"{sid}-{batch_id}", kind="micro-batch",
-                            forget=(prefix, batch_id - retain + 1),
-                            report_path=out_dir / "_joinstate_report.json")
+                            forget=(prefix, batch_id - retain + 1), report_in=out_dir)
             except BaseException:
                 # Spark runs the batch again after a restart; no partial batch meanwhile.
-                shutil.rmtree(out_dir, ignore_errors=True)
+                out_dir.remove()
                 raise
 
         return sink
 
-    def _apply(self, side: SideName, rows: DataFrame, *, commit_id: str, out_dir: Path,
+    def _apply(self, side: SideName, rows: DataFrame, *, commit_id: str, out_dir: OutputDir,
                operation: str, kind: str, forget: tuple[str, int] | None = None,
-               report_path: Path | None = None) -> None:
+               report_in: OutputDir | None = None) -> None:
         """Apply conformed change rows (:meth:`_conform_changes`).
 
         A small change set is collected and cut by shard on the driver, then applied by
@@ -590,7 +603,7 @@ class SparkJoin:
         t0 = time.perf_counter()
         task = ApplyTask(
             self.manifest, self.storage, options_to_dict(self.options), side=side,
-            output_dir=str(out_dir), commit_id=commit_id,
+            output_dir=out_dir.uri, commit_id=commit_id,
             forget_prefix=forget[0] if forget else None,
             keep_after=forget[1] if forget else None,
         )
@@ -605,8 +618,8 @@ class SparkJoin:
                 jobs = (self._run_job(source, task, side),)
         self._finish(SparkReport(
             join=self.name, operation=operation, kind=kind, shards=self.shards,
-            output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=jobs,
-        ), report_path)
+            output_path=out_dir.uri, seconds=time.perf_counter() - t0, jobs=jobs,
+        ), report_in)
 
     def _conform_changes(self, side: SideName, changes: DataFrame) -> DataFrame:
         """Select the side's columns (checked castable) and ``_weight`` as a long."""
@@ -677,28 +690,43 @@ class SparkJoin:
             self.manifest.write(self.state_dir)
 
     @property
+    def outputs_uri(self) -> str:
+        """Where operation outputs live (:mod:`spark_io.outputs`).
+
+        The ``output_uri`` the join was created with, else ``<checkpoint_uri>/_outputs``
+        with checkpoints, else ``<state_dir>/_spark/outputs``.
+        """
+        return self._outputs.uri
+
+    @property
     def outputs_dir(self) -> Path:
-        """Where operation outputs live: ``<state_dir>/_spark/outputs/``."""
-        return self.state_dir / "_spark" / "outputs"
+        """:attr:`outputs_uri` as a local path (:class:`SparkIOError` if it is not one)."""
+        return local_outputs(self._outputs)
 
-    def _output_dir(self, operation: str, kind: str) -> tuple[Path, bool]:
+    def _output_dir(self, operation: str, kind: str) -> tuple[OutputDir, bool]:
         """The operation's output directory, and whether this call created it."""
-        return open_output_dir(self.outputs_dir, self.name, operation, kind)
+        return open_output_dir(self._outputs, self.name, operation, kind)
 
-    def _completed(self, out_dir: Path) -> None:
+    def _completed(self, out_dir: OutputDir) -> None:
         """Mark ``out_dir`` finished (now), then apply the ``keep_outputs`` retention."""
-        complete_output_dir(self.outputs_dir, out_dir, self.name, self.keep_outputs)
+        complete_output_dir(self._outputs, out_dir, self.name, self.keep_outputs)
 
-    def _read(self, path: Path) -> DataFrame:
-        return self.spark.read.schema(self.output_schema).parquet(str(path))
+    def _read(self, out_dir: OutputDir) -> DataFrame:
+        return self.spark.read.schema(self.output_schema).parquet(out_dir.spark_path)
 
-    def _finish(self, report: SparkReport, path: Path | None = None) -> None:
+    def _finish(self, report: SparkReport, report_in: OutputDir | None = None) -> None:
         """Keep ``report`` as :attr:`last_report` and write it as JSON.
 
-        Next to Parquet output the file is named ``_...``, which Spark's readers skip.
+        Reports go to the driver's ``<state_dir>/_spark/reports/``; a micro-batch's goes
+        next to its Parquet output, named ``_joinstate_report.json`` (Spark's readers
+        skip ``_`` names).
         """
         self.last_report = report
-        write_report(report, path or self.state_dir / "_spark" / "reports"
+        if report_in is not None:
+            report_in.write_text(REPORT_NAME, report.to_json())
+            log.info("%s", report.summary())
+            return
+        write_report(report, self.state_dir / "_spark" / "reports"
                      / f"{report.operation}.json")
 
 
@@ -770,7 +798,7 @@ def failed_apply_note(op: str, call: str, checkpointed: bool) -> str:
 
 
 @contextlib.contextmanager
-def undone_on_failure(out_dir: Path, created: bool, note: str) -> Iterator[None]:
+def undone_on_failure(out_dir: OutputDir, created: bool, note: str) -> Iterator[None]:
     """On failure, remove the output directory the operation created, then re-raise.
 
     ``note`` (how to complete the operation) is added to the error.
@@ -779,44 +807,68 @@ def undone_on_failure(out_dir: Path, created: bool, note: str) -> Iterator[None]
         yield
     except BaseException as exc:
         if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            with contextlib.suppress(OSError, pa.ArrowException):
+                out_dir.remove()
         if isinstance(exc, Exception):
             exc.add_note(note)
         raise
 
 
-def open_output_dir(outputs_dir: Path, owner: str, operation: str, kind: str
-                    ) -> tuple[Path, bool]:
-    """``<outputs_dir>/<operation>`` with its marker, and whether this call created it."""
-    path = outputs_dir / operation
-    created = not path.exists()
-    path.mkdir(parents=True, exist_ok=True)
-    marker = path / _MARKER
-    if not marker.exists():
-        marker.write_text(json.dumps({"join": owner, "operation": operation, "kind": kind}))
-    return path, created
+def open_output_dir(outputs: OutputDir, owner: str, operation: str, kind: str
+                    ) -> tuple[OutputDir, bool]:
+    """``<outputs>/<operation>`` with its marker, and whether this call created it."""
+    out_dir = outputs.child(operation)
+    created = not out_dir.exists()
+    out_dir.make()
+    if _read_marker(out_dir) is None:
+        out_dir.write_text(_MARKER, json.dumps({"join": owner, "operation": operation,
+                                                "kind": kind}))
+    return out_dir, created
 
 
-def complete_output_dir(outputs_dir: Path, out_dir: Path, owner: str, keep: int | None
-                        ) -> None:
+def complete_output_dir(outputs: OutputDir, out_dir: OutputDir, owner: str,
+                        keep: int | None) -> None:
     """Mark ``out_dir`` finished (now); keep ``owner``'s newest ``keep`` finished ones."""
-    marker = out_dir / _MARKER
-    info = _read_marker(out_dir) or {"join": owner, "operation": out_dir.name}
+    info = _read_marker(out_dir) or {"join": owner,
+                                     "operation": out_dir.uri.rstrip("/").rsplit("/", 1)[-1]}
     info["finished"] = time.time()
-    marker.write_text(json.dumps(info))
+    out_dir.write_text(_MARKER, json.dumps(info))
     if keep is None:
         return
     finished = []
-    for d in outputs_dir.iterdir():
+    for name, is_dir in outputs.entries():
+        d = outputs.child(name)
+        if not is_dir or d == out_dir:
+            continue
         m = _read_marker(d)
         if m is None or m.get("join") != owner or "finished" not in m:
             continue  # another owner's, an unfinished (resumable) one, or not ours
-        if d != out_dir:
-            finished.append((float(m["finished"]), d.name, d))
+        finished.append((float(m["finished"]), name, d))
     finished.sort(reverse=True)
     for _, _, d in finished[max(0, keep - 1):]:
-        log.info("keep_outputs=%d: removing old output %s", keep, d)
-        shutil.rmtree(d, ignore_errors=True)
+        log.info("keep_outputs=%d: removing old output %s", keep, d.uri)
+        with contextlib.suppress(OSError, pa.ArrowException):
+            d.remove()
+
+
+def default_outputs(state_dir: Path, checkpoint_uri: str | None) -> str:
+    """Where a new join or pipeline keeps operation outputs unless ``output_uri`` says.
+
+    With checkpoints, under the checkpoint location (which every executor reaches, so
+    the driver's ``state_dir`` need not be shared); else in ``state_dir``.
+    """
+    if checkpoint_uri is not None:
+        return OutputDir(checkpoint_uri).child(OUTPUTS_UNDER_CHECKPOINTS).uri
+    return str(state_dir / "_spark" / "outputs")
+
+
+def local_outputs(outputs: OutputDir) -> Path:
+    """``outputs`` as a local path, or :class:`SparkIOError` saying where they are."""
+    if not outputs.is_local:
+        raise SparkIOError(
+            f"operation outputs live at {outputs.uri}, not on a local file system; use "
+            "outputs_uri (and pyarrow.fs or Spark to read it)")
+    return outputs.local_path
 
 
 def write_report(report: SparkReport, path: Path) -> None:
@@ -848,16 +900,10 @@ def _check_session(spark: object) -> None:
             f"spark must be a pyspark.sql.SparkSession, got {type(spark).__name__}")
 
 
-def _read_marker(directory: Path) -> dict[str, Any] | None:
+def _read_marker(directory: OutputDir) -> dict[str, Any] | None:
+    text = directory.read_text(_MARKER)
     try:
-        raw = json.loads((directory / _MARKER).read_text())
-    except (OSError, ValueError):
+        raw = json.loads(text) if text is not None else None
+    except ValueError:
         return None
     return raw if isinstance(raw, dict) else None
-
-
-def holds_output(directory: Path) -> bool:
-    """Whether ``directory`` holds a visible (non ``.``/``_``) file."""
-    with contextlib.suppress(OSError):
-        return any(not f.name.startswith((".", "_")) for f in directory.iterdir())
-    return False

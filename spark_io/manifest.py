@@ -12,6 +12,8 @@ where a row goes and how it is stored:
 * the population step: its operation id while it runs (``populating``: kept if it
   fails, so that ``populate(resume=True)`` continues into the same output directory)
   and once it has completed (``populated``);
+* where operation outputs go (``output_uri``: recorded when the join is created, so a
+  resumed ``populate`` and ``open`` find them; not part of the spec);
 * with ``checkpoint_uri``, the durable location of the shards and, per shard, the id of
   its last **committed** checkpoint (``checkpoints``).  The driver records them after
   every successful job; a task opens its shard as exactly that checkpoint
@@ -22,8 +24,11 @@ Layout of a state directory::
 
     <state_dir>/shard-00000 ... shard-NNNNN   one RocksDB directory (StateStore) per shard
     <state_dir>/_spark/<join>.json            this manifest
-    <state_dir>/_spark/outputs/<operation>/   Parquet output of populate/apply
+    <state_dir>/_spark/outputs/<operation>/   Parquet output of populate/apply (the
+                                              default without checkpoint_uri)
     <state_dir>/_spark/reports/<operation>.json
+    <output_uri>/<operation>/                 Parquet output, wherever output_uri says
+                                              (default <checkpoint_uri>/_outputs)
 
 With ``checkpoint_uri`` and ``local_dir``, the shard directories are working copies on
 each executor, under ``<local_dir>/<12 hex digits naming the checkpoint_uri>/``, and
@@ -56,6 +61,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "JOIN_PARTITIONER",
+    "JOIN_PARTITIONERS",
     "PARTITIONER",
     "Manifest",
     "ShardStorage",
@@ -67,7 +74,14 @@ __all__ = [
 
 FORMAT = 1
 PARTITIONER = "xxh3-canonical-key-mod-shards/spark-murmur3-pmod"
-"""Rows go to shard ``xxh3(canonical key) % shards``; Spark partition == shard (routing.py)."""
+"""Rows go to shard ``xxh3(canonical key) % shards`` (NULL keys to shard 0); Spark
+partition == shard (routing.py).  Pipelines route so, and joins created before
+:data:`JOIN_PARTITIONER`."""
+JOIN_PARTITIONER = "xxh3-canonical-key-mod-shards/null-keys-by-row-hash64/spark-murmur3-pmod"
+"""A join's rows: as :data:`PARTITIONER`, but rows whose key has a NULL go to shard
+``row_hash64(row) % shards`` (:mod:`spark_io.rowhash`) instead of all to shard 0."""
+JOIN_PARTITIONERS = (JOIN_PARTITIONER, PARTITIONER)
+"""The partitioners a join manifest may record (new joins get the first)."""
 
 
 def shard_path(state_dir: str | Path, shard: int) -> Path:
@@ -187,10 +201,13 @@ class Manifest:
     how: str = "inner"
     suffixes: tuple[str, str] = ("", "_right")
     populated: str | None = None
-    partitioner: str = PARTITIONER
+    partitioner: str = JOIN_PARTITIONER
     populating: dict[str, Any] | None = None
     checkpoint_uri: str | None = None
     checkpoints: dict[str, str] = field(default_factory=dict)
+    output_uri: str | None = None
+    """Where operation outputs go (:mod:`spark_io.outputs`); None: ``<state_dir>/_spark/
+    outputs`` (manifests written before it was recorded)."""
 
     def __post_init__(self) -> None:
         # Spark's join-type aliases ("outer", "leftouter", ...) are stored as joinstate's.
@@ -198,6 +215,11 @@ class Manifest:
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) \
                 or not 1 <= self.shards <= 65_536:
             raise ManifestError(f"shards={self.shards!r} must be an int between 1 and 65536")
+        if self.partitioner not in JOIN_PARTITIONERS:
+            raise ManifestError(
+                f"join {self.name!r} routes rows with partitioner {self.partitioner!r}, which "
+                f"this spark_io does not know ({', '.join(JOIN_PARTITIONERS)}); use the "
+                "spark_io version that created it")
 
     # ---- the join each shard holds ------------------------------------------------------
 
@@ -224,6 +246,10 @@ class Manifest:
             "checkpoint_uri": self.checkpoint_uri,
         }
 
+    def outputs(self, state_dir: str | Path) -> str:
+        """Where this join's operation outputs live."""
+        return self.output_uri or str(Path(state_dir) / "_spark" / "outputs")
+
     def storage(self, state_dir: str | Path, local_dir: str | None = None,
                 keep: int = DEFAULT_KEEP) -> ShardStorage:
         """Where this join's shards live, expecting their committed checkpoints."""
@@ -245,7 +271,8 @@ class Manifest:
         """The manifest file's text."""
         return json.dumps(
             {"format": FORMAT, **self.spec(), "populated": self.populated,
-             "populating": self.populating, "checkpoints": self.checkpoints},
+             "populating": self.populating, "checkpoints": self.checkpoints,
+             "output_uri": self.output_uri},
             indent=2, sort_keys=True,
         )
 
@@ -270,6 +297,7 @@ class Manifest:
                 populated=raw.get("populated"), partitioner=str(raw["partitioner"]),
                 populating=raw.get("populating"), checkpoint_uri=raw.get("checkpoint_uri"),
                 checkpoints={str(k): str(v) for k, v in (raw.get("checkpoints") or {}).items()},
+                output_uri=raw.get("output_uri"),
             )
         except (KeyError, IndexError, TypeError) as exc:
             raise ManifestError(f"{where} lacks a field: {exc!r}") from exc

@@ -30,7 +30,7 @@ runs the stages in topological order.  For each stage input that received change
 Spark job routes them by the stage's key (``mapInArrow`` + ``repartition``: partition
 ``i`` is shard ``i``) and pushes each shard's rows into the (stage, shard) store as one
 transaction with a commit id derived from the operation; the stage's outputs go to
-Parquet under ``<state_dir>/_spark/outputs/<operation>/<source>/n<node id>/``, and the
+Parquet under ``<outputs>/<operation>/<source>/n<node id>/``, and the
 next stages read them from there.  Stage inputs that received nothing are skipped, so a
 change that a filter drops, or that touches no group, stops early.
 
@@ -61,13 +61,16 @@ new ids only when the whole operation succeeded (``populate``: each source's pus
 task opens a store as exactly the checkpoint it is given (the committed one, or the one
 an earlier job of the same operation produced) and restores it when its working copy is
 missing, older or ahead, so a failed ``apply`` leaves no trace in any shard, wherever
-its tasks ran, and stores may live on executor-local disk (``local_dir=``).
+its tasks ran, and stores may live on executor-local disk (``local_dir=``).  Outputs
+then default to ``<checkpoint_uri>/_outputs/`` (:mod:`spark_io.outputs`), so the
+driver's ``state_dir`` (manifest, reports) need not be shared with the executors.
 
 State layout::
 
     <state_dir>/<stage>/shard-NNNNN        one RocksDB store per (stage, shard)
     <state_dir>/_spark/pipeline-<name>.json  the manifest (definition, stages, shards)
-    <state_dir>/_spark/outputs/<operation>/  Parquet output of populate/apply
+    <state_dir>/_spark/outputs/<operation>/  Parquet output of populate/apply (without
+                                             checkpoint_uri and output_uri)
     <state_dir>/_spark/reports/<operation>.json
 """
 
@@ -77,7 +80,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -100,8 +102,9 @@ from spark_io.job import (
     check_session,
     checkpoints_of,
     complete_output_dir,
+    default_outputs,
     failed_apply_note,
-    holds_output,
+    local_outputs,
     open_output_dir,
     operation_id,
     run_job,
@@ -109,6 +112,7 @@ from spark_io.job import (
     write_report,
 )
 from spark_io.manifest import PARTITIONER, ShardStorage, other_owners
+from spark_io.outputs import OutputDir
 from spark_io.report import JobReport, SparkReport
 from spark_io.routing import SHARD, partition_key_column
 from spark_io.stages import (
@@ -160,8 +164,9 @@ class SparkPipeline:
     """A :class:`joinstate.Pipeline` run on Spark, its stateful stages sharded by key.
 
     ``definition(p)`` builds the graph on the ``joinstate.Pipeline`` ``p`` it is given
-    (see the module docstring); ``state_dir`` is a local or shared directory every
-    executor sees; ``shards`` is fixed when the state is created.  Creating a
+    (see the module docstring); ``state_dir`` is a shared directory every executor sees
+    (without ``checkpoint_uri``; with it, the driver's own); ``shards`` is fixed when the
+    state is created.  Creating a
     ``SparkPipeline`` on a ``state_dir`` that holds this pipeline re-attaches to it; a
     different definition or shard count raises
     :class:`~joinstate.JoinSpecMismatchError` naming what differs.  ``name`` names the
@@ -169,7 +174,7 @@ class SparkPipeline:
     directories are kept (``None``: all).  The object lives on the driver; run one
     operation at a time per ``state_dir``.
 
-    ``checkpoint_uri``, ``local_dir`` and ``keep_checkpoints`` as for
+    ``checkpoint_uri``, ``local_dir``, ``keep_checkpoints`` and ``output_uri`` as for
     :class:`spark_io.SparkJoin`: stage stores are checkpointed to
     ``<checkpoint_uri>/<stage>/shard-NNNNN/`` (see the module docstring), their working
     copies may live on executor-local disk, and the state directory then holds this
@@ -182,7 +187,7 @@ class SparkPipeline:
         state_dir: str | Path, shards: int = 2, *, name: str = "pipeline",
         options: StoreOptions | None = None, keep_outputs: int | None = 20,
         checkpoint_uri: str | Path | None = None, local_dir: str | Path | None = None,
-        keep_checkpoints: int = 3,
+        keep_checkpoints: int = 3, output_uri: str | Path | None = None,
     ) -> None:
         check_session(spark)
         name = validate_name("pipeline", name)
@@ -197,6 +202,7 @@ class SparkPipeline:
         uri = args.check_checkpoint_uri(checkpoint_uri)
         local = args.check_local_dir(local_dir, uri)
         keep_ck = args.check_keep_checkpoints(keep_checkpoints)
+        out_uri = args.check_output_uri(output_uri)
         recorder = GraphRecorder(name)
         definition(recorder)
         plan = plan_stages(recorder, name)
@@ -212,11 +218,14 @@ class SparkPipeline:
                 raise JoinSpecMismatchError(
                     f"pipeline {name!r} in {state} was created with a different definition "
                     f"or shard count ({'; '.join(diffs)}); use a new state_dir (or name)")
+            args.check_same_output_uri(out_uri, _outputs_of(stored, state),
+                                       f"pipeline {name!r}", state)
         args.check_sole_owner(other_owners(state, path), uri, state)
         check_executors(spark)  # before the manifest is written: a broken setup leaves none
         if stored is None:
             stored = {"format": FORMAT, "kind": "pipeline", "spec": spec, "populated": None,
-                      "populating": None, "checkpoints": {}}
+                      "populating": None, "checkpoints": {},
+                      "output_uri": out_uri or default_outputs(state, uri)}
             _write_json(path, stored)
         self.spark = spark
         self.name = name
@@ -236,6 +245,7 @@ class SparkPipeline:
         # The checkpoint each (stage, shard) store is at: the committed ids (manifest),
         # plus, during an operation, those its jobs produced so far.
         self._current: dict[str, str] = dict(stored.get("checkpoints") or {})
+        self._outputs = OutputDir(_outputs_of(stored, state))
 
     @classmethod
     def from_sql(cls, spark: SparkSession, sql: str, sources: Mapping[str, Any], *,
@@ -300,9 +310,14 @@ class SparkPipeline:
         return "\n".join(lines)
 
     @property
+    def outputs_uri(self) -> str:
+        """Where operation outputs live (as for :attr:`spark_io.SparkJoin.outputs_uri`)."""
+        return self._outputs.uri
+
+    @property
     def outputs_dir(self) -> Path:
-        """Where operation outputs live: ``<state_dir>/_spark/outputs/``."""
-        return self.state_dir / "_spark" / "outputs"
+        """:attr:`outputs_uri` as a local path (:class:`SparkIOError` if it is not one)."""
+        return local_outputs(self._outputs)
 
     # ---- operations -----------------------------------------------------------------------
 
@@ -357,20 +372,20 @@ class SparkPipeline:
         if running is None:
             self._manifest["populating"] = {"operation": op, "order": order}
             _write_json(manifest_path(self.state_dir, self.name), self._manifest)
-        out_dir, _ = open_output_dir(self.outputs_dir, self._owner, op, "populate")
+        out_dir, _ = open_output_dir(self._outputs, self._owner, op, "populate")
         jobs: list[JobReport] = []
         produced: dict[str, set[int]] = {}
         try:
             for s in order:
-                produced[s] = self._propagate(s, rows[s], out_dir / s, f"spark-populate:{op}:",
+                produced[s] = self._propagate(s, rows[s], out_dir.child(s), f"spark-populate:{op}:",
                                               jobs)
                 self._commit_checkpoints()  # each source's push is replayed, not redone
             jobs.append(self._control(forget_prefix=f"spark-populate:{op}:"))
             self._commit_checkpoints()
         except BaseException as exc:
             self._rollback_checkpoints()
-            if not holds_output(out_dir):  # resume=True creates it again
-                shutil.rmtree(out_dir, ignore_errors=True)
+            if not out_dir.holds_output():  # resume=True creates it again
+                out_dir.remove()
             if not isinstance(exc, Exception):
                 raise
             exc.add_note(
@@ -398,12 +413,12 @@ class SparkPipeline:
         op = args.check_op_id(op_id, "op_id") or operation_id("apply")
         rows = self._conform(source, changes)  # checked before any directory
         t0 = time.perf_counter()
-        out_dir, created = open_output_dir(self.outputs_dir, self._owner, op, "apply")
+        out_dir, created = open_output_dir(self._outputs, self._owner, op, "apply")
         jobs: list[JobReport] = []
         with undone_on_failure(out_dir, created, failed_apply_note(
                 op, f"apply({source!r}, <the same changes>, op_id={op!r})",
                 self.checkpoint_uri is not None)), self._checkpoint_commit():
-            produced = self._propagate(source, rows, out_dir / source, f"spark-apply:{op}:",
+            produced = self._propagate(source, rows, out_dir.child(source), f"spark-apply:{op}:",
                                        jobs)
         return self._finish(op, "apply", out_dir, {source: produced}, jobs, t0)
 
@@ -424,38 +439,38 @@ class SparkPipeline:
         records of its last ``retain`` batches.
         """
         self._recorder.source_schema(source)  # raises naming the sources
-        base = args.check_path(output_path, "output_path")
+        base = OutputDir(args.check_location(output_path, "output_path", SchemaMismatchError))
         sink_id = args.check_op_id(sink_id, "sink_id")
         retain = args.check_retain(retain)
-        sid = sink_id or f"{source}-{hashlib.sha1(str(base).encode()).hexdigest()[:12]}"
+        sid = sink_id or f"{source}-{hashlib.sha1(base.uri.encode()).hexdigest()[:12]}"
         prefix = f"spark-stream:{sid}:"
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
             rows = self._conform(source, args.check_dataframe(batch_df, "batch_df"))
             t0 = time.perf_counter()
             op = f"stream-{sid}-{batch_id}"
-            work = self.outputs_dir / op
-            shutil.rmtree(work, ignore_errors=True)  # a failed attempt's leftovers
+            work = self._outputs.child(op)
+            work.remove()  # a failed attempt's leftovers
             jobs: list[JobReport] = []
             try:
                 with self._checkpoint_commit():
                     produced = self._propagate(
-                        source, rows, work / source, f"{prefix}{batch_id}:", jobs,
+                        source, rows, work.child(source), f"{prefix}{batch_id}:", jobs,
                         forget=(prefix, batch_id - retain + 1))
                 for o, nid in self.plan.outputs.items():
-                    target = base / o / f"batch_id={batch_id}"
-                    shutil.rmtree(target, ignore_errors=True)
-                    found = work / source / f"n{nid}"
+                    target = base.child(f"{o}/batch_id={batch_id}")
+                    target.remove()
+                    found = work.child(f"{source}/n{nid}")
                     if nid in produced and found.exists():
-                        shutil.copytree(found, target)
+                        found.copy_to(target)
                     else:
-                        target.mkdir(parents=True, exist_ok=True)
+                        target.make()
             finally:
-                shutil.rmtree(work, ignore_errors=True)
+                work.remove()
             self._report(SparkReport(
                 join=self.name, operation=op, kind="micro-batch", shards=self.shards,
-                output_path=str(base), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
-            ), base / "_reports" / f"batch_id={batch_id}.json")
+                output_path=base.uri, seconds=time.perf_counter() - t0, jobs=tuple(jobs),
+            ), (base.child("_reports"), f"batch_id={batch_id}.json"))
 
         return sink
 
@@ -478,7 +493,7 @@ class SparkPipeline:
         return sorted(rows, key=lambda s: (self._recorder.source_unique_key(s) is None,
                                            counts[s], position[s]))
 
-    def _propagate(self, source: str, rows: DataFrame, out_dir: Path, commit_base: str,
+    def _propagate(self, source: str, rows: DataFrame, out_dir: OutputDir, commit_base: str,
                    jobs: list[JobReport], *, forget: tuple[str, int] | None = None
                    ) -> set[int]:
         """Push ``rows`` into ``source`` and on through every stage.
@@ -493,21 +508,22 @@ class SparkPipeline:
         if uses > 1 or src_id in self.plan.outputs.values():
             # Evaluated once: every stage (and the output) must see the same change, even
             # if the DataFrame would differ when evaluated again (a growing source).
-            where = out_dir / f"n{src_id}"
-            rows.write.mode("overwrite").parquet(str(where))
-            rows = self.spark.read.schema(rows.schema).parquet(str(where))
+            where = out_dir.child(f"n{src_id}")
+            rows.write.mode("overwrite").parquet(where.spark_path)
+            rows = self.spark.read.schema(rows.schema).parquet(where.spark_path)
             produced.add(src_id)
         for stage in self.plan.stages:
             for inp in stage.inputs:
                 if inp.boundary == src_id:
                     df = rows
                 elif inp.boundary in produced:
-                    df = self._read([out_dir / f"n{inp.boundary}"], self._schemas[inp.boundary])
+                    df = self._read([out_dir.child(f"n{inp.boundary}")],
+                                    self._schemas[inp.boundary])
                 else:
                     continue
                 task = StageTask(
                     self.name, stage, self._storage(), options_to_dict(self.options),
-                    source=inp.name, output_dir=str(out_dir), tag=f"{stage.label}.{inp.name}",
+                    source=inp.name, output_dir=out_dir.uri, tag=f"{stage.label}.{inp.name}",
                     commit_id=f"{commit_base}{source}:{stage.label}:{inp.name}",
                     forget_prefix=forget[0] if forget else None,
                     keep_after=forget[1] if forget else None,
@@ -528,8 +544,8 @@ class SparkPipeline:
         routed = df.mapInArrow(StageRouter(inp, self.shards, stage.label), schema)
         return routed.repartition(self.shards, partition_key_column(self.shards))
 
-    def _read(self, dirs: list[Path], schema: T.StructType) -> DataFrame:
-        found = [str(d) for d in dirs if d.exists()]
+    def _read(self, dirs: list[OutputDir], schema: T.StructType) -> DataFrame:
+        found = [d.spark_path for d in dirs if d.exists()]
         if not found:
             return self.spark.createDataFrame([], schema)
         return self.spark.read.schema(schema).parquet(*found)
@@ -574,28 +590,37 @@ class SparkPipeline:
             raise
         self._commit_checkpoints()
 
-    def _finish(self, op: str, kind: str, out_dir: Path, produced: dict[str, set[int]],
+    def _finish(self, op: str, kind: str, out_dir: OutputDir, produced: dict[str, set[int]],
                 jobs: list[JobReport], t0: float) -> dict[str, DataFrame]:
         """Drop intermediate change sets, report, apply retention, read the outputs."""
         wanted = set(self.plan.outputs.values())
         for s, nodes in produced.items():
             for nid in nodes - wanted:
-                shutil.rmtree(out_dir / s / f"n{nid}", ignore_errors=True)
+                out_dir.child(f"{s}/n{nid}").remove()
         self._report(SparkReport(
             join=self.name, operation=op, kind=kind, shards=self.shards,
-            output_path=str(out_dir), seconds=time.perf_counter() - t0, jobs=tuple(jobs),
+            output_path=out_dir.uri, seconds=time.perf_counter() - t0, jobs=tuple(jobs),
         ))
-        complete_output_dir(self.outputs_dir, out_dir, self._owner, self.keep_outputs)
+        complete_output_dir(self._outputs, out_dir, self._owner, self.keep_outputs)
         return {
-            o: self._read([out_dir / s / f"n{nid}" for s, nodes in produced.items()
+            o: self._read([out_dir.child(f"{s}/n{nid}") for s, nodes in produced.items()
                            if nid in nodes], self.output_schema(o))
             for o, nid in self.plan.outputs.items()
         }
 
-    def _report(self, report: SparkReport, path: Path | None = None) -> None:
+    def _report(self, report: SparkReport, where: tuple[OutputDir, str] | None = None
+                ) -> None:
+        """Keep ``report`` as :attr:`last_report` and write it as JSON.
+
+        To the driver's ``<state_dir>/_spark/reports/``; a micro-batch's to ``where``, next
+        to its output.
+        """
         self.last_report = report
-        write_report(report, path or self.state_dir / "_spark" / "reports"
-                     / f"{report.operation}.json")
+        if where is None:
+            write_report(report, self.state_dir / "_spark" / "reports"
+                         / f"{report.operation}.json")
+        else:
+            where[0].write_text(where[1], report.to_json())
 
 
 def _spark_schemas(recorder: GraphRecorder, plan: StagePlan) -> dict[int, T.StructType]:
@@ -630,6 +655,12 @@ def _spec(name: str, shards: int, recorder: GraphRecorder, plan: StagePlan) -> d
         "outputs": dict(plan.outputs),
         "stages": {s.label: s.describe() for s in plan.stages},
     }
+
+
+def _outputs_of(manifest: dict[str, Any], state_dir: Path) -> str:
+    """Where a pipeline's outputs live (manifests of before ``output_uri``: state_dir)."""
+    uri = manifest.get("output_uri")
+    return str(uri) if uri else str(state_dir / "_spark" / "outputs")
 
 
 def _read_manifest(path: Path, name: str) -> dict[str, Any]:

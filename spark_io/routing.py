@@ -11,8 +11,11 @@ driver and run on executors:
    :meth:`joinstate.keys.KeyCodec.shard_of`, the one implementation that
    :meth:`joinstate.Join.shard_of` also calls: the join's common key plan makes an
    ``IntegerType`` key on one side and a ``LongType`` key on the other encode to the
-   same canonical bytes, so equal keys land on the same shard; NULL keys go to shard 0.
-   No state store is opened for this.
+   same canonical bytes, so equal keys land on the same shard.  Rows whose key has a
+   NULL never match; they are spread over the shards by a hash of their values
+   (:mod:`spark_io.rowhash`), so that they do not all load one shard (joins created
+   before that, by their manifest's partitioner, keep sending them to shard 0).  No
+   state store is opened for this.
 2. :func:`route` shuffles with ``repartition(shards, <partition key>)``.  Spark's hash
    partitioning sends a row to ``pmod(murmur3(partition key, seed 42), shards)``, which
    is not the identity, so the partition key of shard ``s`` is a number chosen with
@@ -32,16 +35,20 @@ row is only ever computed by :meth:`joinstate.keys.KeyCodec.shard_of`.
 
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from joinstate.keys import KeyCodec, key_plan
 from spark_io.frames import cheap_to_probe, known_empty
+from spark_io.manifest import JOIN_PARTITIONER
+from spark_io.rowhash import row_hash64
 from spark_io.types import arrow_schema, conform_batch
 
 if TYPE_CHECKING:
@@ -136,11 +143,30 @@ class ShardRouter:
         plan = key_plan(manifest.left.schema, manifest.left.key,
                         manifest.right.schema, manifest.right.key)
         self.codec = KeyCodec(self.key, plan, side)
+        self.spread_nulls = manifest.partitioner == JOIN_PARTITIONER and self.shards > 1
+        # A NULL-key row's shard: from its unique key if the side has one (an update of
+        # the row keeps its shard), else from all its columns.
+        self.row_columns = list(s.unique_key or self.schema.names)
 
     def shard_of(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
-        """Shard of every row (equal to ``Join.shard_of`` for the same join and shards)."""
-        table = conform_batch(batch, self.schema).select(self.key)
-        return self.codec.shard_of(table, self.shards).astype(np.int32)
+        """Shard of every row.
+
+        A row with a non-NULL key goes where ``Join.shard_of`` sends it (the shard of its
+        key).  A row whose key has a NULL goes to shard 0 in joins created before
+        :data:`spark_io.manifest.JOIN_PARTITIONER`, else to the shard of
+        :func:`spark_io.rowhash.row_hash64` of its values (taken in the side's types,
+        so a change to the row meets it).
+        """
+        table = conform_batch(batch, self.schema)
+        shards = self.codec.shard_of(table.select(self.key), self.shards).astype(np.int32)
+        if self.spread_nulls:
+            null = _null_keys(table, self.key)
+            if null is not None:
+                rows = _as_side_types(table.filter(pa.array(null)).select(self.row_columns),
+                                      self.schema)
+                spread = row_hash64(rows) % np.uint64(self.shards)
+                shards[null] = spread.astype(np.int32)
+        return shards
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield each batch with its ``_shard`` column appended."""
@@ -149,6 +175,34 @@ class ShardRouter:
             yield pa.RecordBatch.from_arrays(
                 [*batch.columns, shard], names=[*batch.schema.names, SHARD]
             )
+
+
+def _null_keys(table: pa.Table, key: list[str]) -> np.ndarray | None:
+    """Rows whose key has a NULL (as ``KeyCodec.encode`` says), or None if there are none."""
+    null: np.ndarray | None = None
+    for name in key:
+        col = table.column(name)
+        if not col.null_count:
+            continue
+        mask = np.asarray(pc.is_null(col).to_numpy(zero_copy_only=False), dtype=bool)
+        null = mask if null is None else null | mask
+    return null
+
+
+def _as_side_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns cast to the side's types, as the core will store them.
+
+    A column that cannot be cast is left as it is: the core refuses that change anyway.
+    """
+    cols = []
+    for name in table.column_names:
+        col = table.column(name)
+        want = schema.field(name).type
+        if not col.type.equals(want):
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                col = pc.cast(col, want, safe=True)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names)
 
 
 def route(df: DataFrame, manifest: Manifest, side: SideName) -> DataFrame:

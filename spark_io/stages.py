@@ -40,7 +40,6 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
@@ -61,15 +60,16 @@ from joinstate._graph import (
 from joinstate.keys import KeyCodec, KeyColumn, key_plan, single_plan
 from joinstate.names import commit_prefix, pipeline_owner
 from spark_io._worker import (
+    OUTPUT_PARQUET,
     OpenShard,
     _report,
     by_shard,
     open_store,
     options_from_dict,
-    parquet_out,
 )
 from spark_io.args import normalize_how
 from spark_io.manifest import ShardStorage, shard_key
+from spark_io.outputs import OutputDir, parquet_out
 from spark_io.routing import SHARD
 from spark_io.types import conform_batch
 
@@ -593,9 +593,10 @@ class StageTask:
                 if self.forget_prefix is not None and self.keep_after is not None:
                     forget_commits(opened.store, self.pipeline, self._keep)
             rows = {}
+            out_dir = OutputDir(self.output_dir)
             for name, table in outs.items():
-                path = Path(self.output_dir) / name / f"{self.tag}-shard-{shard:05d}.parquet"
-                with parquet_out(path) as f:
+                with parquet_out(out_dir, f"{name}/{self.tag}-shard-{shard:05d}.parquet",
+                                 OUTPUT_PARQUET) as f:
                     f.write(table)
                 rows[name] = table.num_rows
             yield _report(shard, f"{self.stage.label}:{self.source}", delta.num_rows,

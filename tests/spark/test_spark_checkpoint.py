@@ -175,6 +175,55 @@ def test_lost_and_stale_working_copies_are_restored(spark: SparkSession, tmp_pat
     assert restored == ["shard-00000", "shard-00001"]
 
 
+def test_outputs_need_no_shared_state_dir(spark: SparkSession, tmp_path: Path) -> None:
+    """With checkpoint_uri, operation outputs go to ``<checkpoint_uri>/_outputs`` (or
+    ``output_uri``), which executors reach anyway; the driver's state_dir keeps only the
+    manifest and reports.  Retention and re-attaching work there; a sink takes a URI."""
+    rng = random.Random(35)
+    left, right = Counter(customers(rng, 40)), Counter(sales(rng, 200, 50))
+
+    def join(name: str, where: str, **kw: Any) -> spark_io.SparkJoin:
+        return spark_io.SparkJoin(
+            spark, name, left=df(spark, left, CUSTOMER), right=df(spark, right, SALES),
+            left_key=["c_customer_sk"], right_key=["ss_customer_sk"], how="left",
+            state_dir=tmp_path / f"state{where}", shards=2,
+            checkpoint_uri=tmp_path / f"durable{where}", **kw)
+
+    job = join("cs", "", local_dir=tmp_path / "local", keep_outputs=2)
+    outputs = tmp_path / "durable" / "_outputs"
+    assert job.outputs_uri == str(outputs) and job.outputs_dir == outputs
+    t = Tracked(spark, job, left, right, "left")
+    t.populate()
+    for i in range(3):
+        t.apply("right", mutate(rng, t.right, new_sale, 30), op_id=f"op-{i}")
+    assert sorted(p.name for p in outputs.iterdir()) == ["op-1", "op-2"]  # keep_outputs=2
+    state_files = sorted(str(p.relative_to(tmp_path / "state"))
+                         for p in (tmp_path / "state").rglob("*") if p.is_file())
+    assert "_spark/cs.json" in state_files
+    assert all(f == "_spark/cs.json" or f.startswith("_spark/reports/") for f in state_files)
+
+    # A micro-batch sink writing to a URI (any pyarrow.fs location Spark reads too).
+    sink_uri = (tmp_path / "sink").as_uri()
+    sink = job.foreach_batch_sink("right", sink_uri)
+    changes = mutate(rng, t.right, new_sale, 30)
+    sink(changes_df(spark, changes, SALES), 0)
+    t.right = apply_to(t.right, changes)
+    t.total = add(t.total, zset(spark.read.schema(job.output_schema).parquet(
+        f"{sink_uri}/batch_id=0"), OUT_COLS))
+    t.check("micro-batch 0 to a URI")
+    assert (tmp_path / "sink" / "batch_id=0" / "_joinstate_report.json").exists()
+
+    # Re-attaching finds the outputs where they were; another output_uri is refused.
+    again = spark_io.SparkJoin.open(spark, "cs", tmp_path / "state",
+                                    local_dir=tmp_path / "local")
+    assert again.outputs_uri == job.outputs_uri
+    with pytest.raises(joinstate.OptionsError, match=r"output_uri=.*created with output_uri"):
+        join("cs", "", output_uri=tmp_path / "elsewhere")
+    mine = join("cs2", "2", output_uri=(tmp_path / "out2").as_uri())
+    assert zset(mine.populate(), OUT_COLS) == spark_join(spark, left, right, "left")
+    assert [p.name.startswith("populate-") for p in (tmp_path / "out2").iterdir()] == [True]
+
+
 def one_customer(job: spark_io.SparkJoin, sk: int) -> Any:
     import pyarrow as pa
 
@@ -208,6 +257,7 @@ def test_a_job_the_driver_did_not_commit_is_rolled_back(
     monkeypatch.undo()
     assert any("rolled back" in n and "op_id='lost-commit'" in n
                for n in getattr(err.value, "__notes__", []))
+    assert not (tmp_path / "durable" / "_outputs" / "lost-commit").exists()  # undone
     assert job.manifest.checkpoints == committed
     for shard in (0, 1):  # the tasks did commit and checkpoint their shards
         with joinstate.StateStore(working_copy(job, shard), read_only=True) as store:
@@ -406,7 +456,12 @@ def test_shards_move_between_executors_of_a_local_cluster(tmp_path: Path) -> Non
     """Two executor JVMs with executor-local working copies (a relative ``local_dir``):
     populate, applies, a shard's copies deleted on every executor, stale copies planted,
     a Python worker killed in the middle of an apply's checkpoint (Spark retries), and a
-    SparkPipeline whose stage stores are all lost; every result checked in the child."""
+    SparkPipeline whose stage stores are all lost; every result checked in the child.
+
+    The driver's ``state_dir`` is not shared with the executors: it is renamed away for
+    the duration of every Spark job (an executor reading it would fail, one writing it
+    would be caught), so manifests and reports are the driver's alone and outputs go to
+    ``<checkpoint_uri>/_outputs``."""
     home = spark_home_for_cluster(tmp_path)
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -426,6 +481,14 @@ def test_shards_move_between_executors_of_a_local_cluster(tmp_path: Path) -> Non
     assert result["restored_after_stale"] == ["restored"]
     assert result["killed_attempts"] >= 1 and result["retried_shard_attempt"] >= 1
     assert result["pipeline_syncs"] == ["restored"]
+    # The driver's state_dirs were away during every Spark job, and hold only the
+    # manifests and reports; outputs went to the checkpoint locations.
+    assert result["jobs_without_driver_state"] >= 10
+    for state in ("state", "pstate"):
+        files = result["driver_state_files"][state]
+        assert files and all(f.startswith(("_spark/reports/", "_spark/.")) or f in (
+            "_spark/cs.json", "_spark/pipeline-pipeline.json") for f in files), files
+    assert result["join_outputs"] and result["pipeline_outputs"]
 
 
 def cluster_scenario(root: Path) -> dict[str, Any]:
@@ -471,6 +534,31 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
 
     def copies(key: str) -> list[Path]:
         return sorted(work.glob(f"*/joinstate-local/*/{key}"))
+
+    # The driver's state directories are not there while a Spark job runs: executors
+    # must need neither (manifests are pickled into tasks, outputs go to the checkpoint
+    # location).  An executor creating one would be caught when the job ends.
+    import spark_io.job as sj
+    import spark_io.pipeline as spp
+
+    states = [root / "state", root / "pstate"]
+    real_run_job, away_jobs = sj.run_job, []
+
+    def without_driver_state(*a: Any, **kw: Any) -> Any:
+        moved = [d for d in states if d.exists()]
+        for d in moved:
+            d.rename(d.with_name(d.name + ".driver-only"))
+        try:
+            return real_run_job(*a, **kw)
+        finally:
+            for d in states:
+                assert not d.exists(), f"a task created the driver's {d}"
+            for d in moved:
+                d.with_name(d.name + ".driver-only").rename(d)
+            away_jobs.append(len(moved))
+
+    sj.run_job = without_driver_state  # type: ignore[assignment]
+    spp.run_job = without_driver_state  # type: ignore[assignment]
 
     try:
         rng = random.Random(34)
@@ -580,10 +668,18 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
         result["pipeline_syncs"] = sorted({s.detail["checkpoint"]["sync"]
                                            for j in sp.last_report.jobs for s in j.shards})
         twin.close()
+        result["jobs_without_driver_state"] = sum(1 for n in away_jobs if n)
+        result["driver_state_files"] = {
+            d.name: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+            for d in states}
+        result["join_outputs"] = sorted(p.name for p in (root / "durable" / "_outputs").iterdir())
+        result["pipeline_outputs"] = sorted(
+            p.name for p in (root / "pdurable" / "_outputs").iterdir())
         result["executors"] = sorted({e for v in seen.values() for e in v})
         result["moves"] = sum(a != b for v in seen.values() for a, b in itertools.pairwise(v))
         result["tasks_per_shard"] = {k: v for k, v in sorted(seen.items())}
     finally:
+        sj.run_job, spp.run_job = real_run_job, real_run_job  # type: ignore[assignment]
         spark.stop()
     return result
 

@@ -77,9 +77,52 @@ def test_router_matches_core_shard_of(tmp_path: Path) -> None:
         join = manifest.join(store)
         expected = join.shard_of("left", left, 7)
         assert (join.shard_of("right", right, 7) == expected).all()
-    assert (ShardRouter(manifest, "left").shard_of(left) == expected).all()
-    assert (ShardRouter(manifest, "right").shard_of(right) == expected).all()
-    assert expected[-1] == 0  # NULL key -> shard 0
+    assert (ShardRouter(manifest, "left").shard_of(left)[:-1] == expected[:-1]).all()
+    assert (ShardRouter(manifest, "right").shard_of(right)[:-1] == expected[:-1]).all()
+    assert expected[-1] == 0  # the core sends a NULL key to shard 0 ...
+    legacy = manifest.replace(partitioner=spark_io.manifest.PARTITIONER)
+    assert (ShardRouter(legacy, "left").shard_of(left) == expected).all()  # ... old joins too
+
+
+def test_null_key_rows_are_spread_by_their_values() -> None:
+    """NULL-key rows spread over the shards; a row's shard is a function of its values.
+
+    Equal rows in other representations (int32 vs int64, -0.0 vs 0.0, a large string,
+    a _weight column, a decimal of another scale) go to the same shard, so a change to a
+    row meets it; with a unique key, the unique key alone decides.
+    """
+    from decimal import Decimal
+
+    schema = pa.schema([("k", pa.int64()), ("n", pa.int64()), ("x", pa.float64()),
+                        ("s", pa.string()), ("d", pa.decimal128(7, 2))])
+    manifest = spark_io.manifest.Manifest(
+        "j", 4, joinstate.Side(schema, key=["k"]), joinstate.Side(schema, key=["k"]))
+    router = ShardRouter(manifest, "left")
+    n = 4000
+    rows = pa.table({"k": pa.nulls(n, pa.int64()), "n": pa.array(range(n), pa.int64()),
+                     "x": [0.0] * n, "s": [f"row {i}" for i in range(n)],
+                     "d": pa.array([Decimal(i) / 100 for i in range(n)], pa.decimal128(7, 2))})
+    shards = router.shard_of(rows)
+    counts = Counter(shards.tolist())
+    assert sorted(counts) == [0, 1, 2, 3] and min(counts.values()) > n / 4 * 0.85, counts
+    assert (router.shard_of(rows) == shards).all()  # deterministic
+    other = pa.table({"k": pa.nulls(n, pa.int32()), "n": pa.array(range(n), pa.int32()),
+                      "x": [-0.0] * n, "s": pa.array([f"row {i}" for i in range(n)],
+                                                      pa.large_string()),
+                      "d": pa.array([Decimal(i) / 100 for i in range(n)],
+                                    pa.decimal128(12, 4)),
+                      "_weight": pa.array([-1] * n, pa.int64())})
+    assert (router.shard_of(other) == shards).all()
+    keyed = [r for r in range(n) if r % 3]  # NULL-key rows among keyed ones keep shards
+    mixed = pa.concat_tables([rows.take(keyed).set_column(0, "k", pa.array(keyed, pa.int64())),
+                              rows]).combine_chunks()
+    assert (router.shard_of(mixed)[len(keyed):] == shards).all()
+    unique = spark_io.manifest.Manifest(
+        "j", 4, joinstate.Side(schema, key=["k"], unique_key=["n"]),
+        joinstate.Side(schema, key=["k"]))
+    changed = rows.set_column(3, "s", pa.array(["changed"] * n))
+    by_key = ShardRouter(unique, "left")
+    assert (by_key.shard_of(changed) == by_key.shard_of(rows)).all()
 
 
 @pytest.mark.parametrize("shards", [1, 2, 4, 7, 8])
@@ -263,9 +306,12 @@ def test_second_writer_on_a_shard_is_refused(spark: SparkSession, tmp_path: Path
     left, right = Counter(customers(rng, 20)), Counter(sales(rng, 50, 25))
     job = make_job(spark, tmp_path, "inner", left, right, shards=2)
     job.populate()
-    changes = [(customer(rng, None, "-null"), 1)]  # a NULL key: always shard 0
-    with joinstate.StateStore(shard_path(job.state_dir, 0)), \
-            pytest.raises(spark_io.ShardBusyError, match=r"shard 0 .* already open"):
+    changes = [(customer(rng, None, "-null"), 1)]  # a NULL key: its shard by its values
+    target = int(ShardRouter(job.manifest, "left").shard_of(
+        pa.Table.from_pylist([dict(zip(CUSTOMER_COLS, changes[0][0], strict=True))],
+                             job.manifest.left.schema))[0])
+    with joinstate.StateStore(shard_path(job.state_dir, target)), \
+            pytest.raises(spark_io.ShardBusyError, match=rf"shard {target} .* already open"):
         job.apply("left", changes_df(spark, changes, CUSTOMER))
     assert isinstance(spark_io.ShardBusyError("x"), joinstate.StateLockedError)
     job.apply("left", changes_df(spark, changes, CUSTOMER))  # lock released: it works now
