@@ -113,6 +113,27 @@ class OutputDir:
             return any(not n.startswith((".", "_")) for n, _ in self.entries())
         return False
 
+    def read_small(self, max_rows: int) -> pa.Table | None:
+        """The rows of the directory's visible Parquet files as one table, or None.
+
+        None if there are more than ``max_rows`` (counted from the footers first) or no
+        file at all.  For the driver, which routes a small stage input itself instead of
+        asking Spark for a job to read it.
+        """
+        import pyarrow.parquet as pq
+
+        try:
+            names = [n for n, is_dir in self.entries()
+                     if not is_dir and n.endswith(".parquet") and not n.startswith((".", "_"))]
+        except FileNotFoundError:
+            return None
+        if not names:
+            return None
+        files = [pq.ParquetFile(self.fs.open_input_file(self.path(n))) for n in sorted(names)]
+        if sum(f.metadata.num_rows for f in files) > max_rows:
+            return None
+        return pa.concat_tables([f.read() for f in files], promote_options="permissive")
+
     def read_text(self, name: str) -> str | None:
         """The text of file ``name``, or None if it is missing or unreadable."""
         try:

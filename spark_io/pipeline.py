@@ -29,7 +29,10 @@ executors, and a lambda or a notebook function will do.
 runs the stages in topological order.  For each stage input that received changes, one
 Spark job routes them by the stage's key (``mapInArrow`` + ``repartition``: partition
 ``i`` is shard ``i``) and pushes each shard's rows into the (stage, shard) store as one
-transaction with a commit id derived from the operation; the stage's outputs go to
+transaction with a commit id derived from the operation.  A small change set (``apply``
+and micro-batches, up to :data:`spark_io.routing.COLLECT_MAX_ROWS` rows per stage input)
+is cut by shard on the driver instead, which reads an earlier stage's output files
+itself: one job per stage input and no shuffle; the stage's outputs go to
 Parquet under ``<outputs>/<operation>/<source>/n<node id>/``, and the
 next stages read them from there.  Stage inputs that received nothing are skipped, so a
 change that a filter drops, or that touches no group, stops early.
@@ -86,6 +89,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -94,7 +99,7 @@ from joinstate._graph import SourceNode
 from joinstate.catalog import spec_diff
 from joinstate.names import validate_name
 from joinstate.schema import check_column_types
-from spark_io import args
+from spark_io import args, routing
 from spark_io._worker import options_to_dict
 from spark_io.errors import ManifestError, PopulationStateError
 from spark_io.executors import check_executors
@@ -114,7 +119,7 @@ from spark_io.job import (
 from spark_io.manifest import PARTITIONER, ShardStorage, other_owners
 from spark_io.outputs import OutputDir
 from spark_io.report import JobReport, SparkReport
-from spark_io.routing import SHARD, partition_key_column
+from spark_io.routing import SHARD, collect_small, partition_key_column
 from spark_io.stages import (
     GraphRecorder,
     Stage,
@@ -130,7 +135,7 @@ from spark_io.types import arrow_type, spark_schema
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    import pyarrow as pa
+    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
     from joinstate import Pipeline, StoreOptions
@@ -378,7 +383,7 @@ class SparkPipeline:
         try:
             for s in order:
                 produced[s] = self._propagate(s, rows[s], out_dir.child(s), f"spark-populate:{op}:",
-                                              jobs)
+                                              jobs, small=False)
                 self._commit_checkpoints()  # each source's push is replayed, not redone
             jobs.append(self._control(forget_prefix=f"spark-populate:{op}:"))
             self._commit_checkpoints()
@@ -494,12 +499,14 @@ class SparkPipeline:
                                            counts[s], position[s]))
 
     def _propagate(self, source: str, rows: DataFrame, out_dir: OutputDir, commit_base: str,
-                   jobs: list[JobReport], *, forget: tuple[str, int] | None = None
-                   ) -> set[int]:
+                   jobs: list[JobReport], *, forget: tuple[str, int] | None = None,
+                   small: bool = True) -> set[int]:
         """Push ``rows`` into ``source`` and on through every stage.
 
         Returns the ids of the nodes whose change sets are non-empty (written to
-        ``<out_dir>/n<id>/``); appends every Spark job's report to ``jobs``.
+        ``<out_dir>/n<id>/``); appends every Spark job's report to ``jobs``.  With
+        ``small`` (changes, not a population), a stage input of at most
+        :data:`spark_io.routing.COLLECT_MAX_ROWS` rows is routed on the driver.
         """
         src_id = next(n.id for n in self.plan.nodes.values()
                       if isinstance(n, SourceNode) and n.name == source)
@@ -517,8 +524,10 @@ class SparkPipeline:
                 if inp.boundary == src_id:
                     df = rows
                 elif inp.boundary in produced:
-                    df = self._read([out_dir.child(f"n{inp.boundary}")],
-                                    self._schemas[inp.boundary])
+                    where = out_dir.child(f"n{inp.boundary}")
+                    table = where.read_small(routing.COLLECT_MAX_ROWS) if small else None
+                    df = table if table is not None else self._read(
+                        [where], self._schemas[inp.boundary])
                 else:
                     continue
                 task = StageTask(
@@ -528,8 +537,10 @@ class SparkPipeline:
                     forget_prefix=forget[0] if forget else None,
                     keep_after=forget[1] if forget else None,
                 )
-                job = run_job(self.spark, self._route(df, stage, inp), task,
-                              f"{stage.label}:{inp.name}")
+                routed = self._routed(df, stage, inp, small)
+                if routed is None:  # no row: no shard changes, nothing to run
+                    continue
+                job = run_job(self.spark, routed, task, f"{stage.label}:{inp.name}")
                 self._current.update(checkpoints_of(job))
                 jobs.append(job)
                 for shard in job.shards:
@@ -537,6 +548,36 @@ class SparkPipeline:
                         if n:
                             produced.add(int(out[1:]))
         return produced
+
+    def _routed(self, df: DataFrame | pa.Table, stage: Stage, inp: StageInput, small: bool
+                ) -> DataFrame | RDD[Any] | None:
+        """``df`` cut by shard for the stage's task, or None if it has no rows.
+
+        A small change set (an Arrow table the driver read from an earlier stage's
+        output, or a DataFrame :func:`~spark_io.routing.collect_small` collects) is cut
+        on the driver, one partition per shard it touches, each batch carrying its
+        ``_shard``: one job without a shuffle, none at all for an empty one, which is
+        what keeps a small ``apply`` through several stages quick.  Anything larger is
+        routed by Spark (:meth:`_route`).
+        """
+        if isinstance(df, pa.Table):
+            table: pa.Table | None = df
+        else:
+            table = collect_small(df) if small else None
+            if table is None:
+                return self._route(df, stage, inp)
+        assert table is not None
+        if not table.num_rows:
+            return None
+        router = StageRouter(inp, self.shards, stage.label)
+        routed = pa.Table.from_batches(list(router(iter(table.combine_chunks().to_batches()))))
+        shard = routed.column(SHARD).to_numpy()
+        pieces = []
+        for s in np.unique(shard).tolist():
+            piece = routed.filter(pa.array(shard == s)).combine_chunks().to_batches()
+            # One batch per shard: each becomes one partition, so one task writes the shard.
+            pieces.append(piece[0] if len(piece) == 1 else pa.concat_batches(piece))
+        return self.spark.sparkContext.parallelize(pieces, len(pieces))
 
     def _route(self, df: DataFrame, stage: Stage, inp: StageInput) -> DataFrame:
         """``df`` with a ``_shard`` column, partition ``i`` holding exactly shard ``i``."""

@@ -365,8 +365,14 @@ def test_simulated_outer_and_anti_joins_with_null_keys(tmp_path: Path) -> None:
 # ---- on Spark ------------------------------------------------------------------------------
 
 
-def test_spark_pipeline_matches_in_process_and_duckdb(spark: SparkSession, tmp_path: Path
-                                                      ) -> None:
+@pytest.mark.parametrize("route", ["driver", "spark"])
+def test_spark_pipeline_matches_in_process_and_duckdb(
+        spark: SparkSession, tmp_path: Path, route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``route``: small stage inputs cut by shard on the driver (the default), or every
+    stage input routed by Spark's shuffle (the path of large changes)."""
+    if route == "spark":
+        monkeypatch.setattr(spark_io.routing, "COLLECT_MAX_ROWS", 0)
     outputs = q4_outputs()
     rng = random.Random(11)
     snap = snapshot(rng)
@@ -414,6 +420,12 @@ def test_spark_pipeline_matches_in_process_and_duckdb(spark: SparkSession, tmp_p
             assert zset(again[o], outputs[o].schema.names) == zset(
                 first[o], outputs[o].schema.names)
         check(got, twin, "after a repeated op_id")
+        # an empty change: no stage is reached, so no Spark job runs for it
+        outs = sp.apply("web_sales", spark_frame(spark, WS, []))
+        assert sp.last_report is not None
+        assert len(sp.last_report.jobs) == (0 if route == "driver" else 1)
+        integrate(got, outs, outputs)
+        check(got, twin, "after an empty apply")
     finally:
         twin.close()
     print("timings:", {k: round(v, 2) for k, v in timings.items()})
