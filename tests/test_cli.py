@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner, Result
+from cli_runner import assert_one_line_error, run
 from faults import flip_bytes, sst_files
 
 import joinstate
-from joinstate.cli import cli, main
+from joinstate.cli import main
 
 N_CUSTOMERS = 100
 N_SALES = 600
@@ -45,19 +45,6 @@ def sales() -> pa.Table:
     }, schema=SALES)
 
 
-def run(*args: Any) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def assert_one_line_error(result: Result, code: int, *needles: str) -> str:
-    out = result.output.strip()
-    assert result.exit_code == code, out
-    assert "\n" not in out, out
-    assert out.startswith("error: "), out
-    assert "Traceback" not in out
-    for needle in needles:
-        assert needle in out, out
-    return out
 
 
 def zset(table: pa.Table) -> Counter[tuple[Any, ...]]:

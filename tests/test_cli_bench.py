@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from bench_results import synthetic_results
-from click.testing import CliRunner, Result
+from cli_runner import assert_one_line_error, run
 
 from bench import q4, q4spark, spark_tpcds, tpcds_cli
-from joinstate.cli import cli
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,19 +24,6 @@ if TYPE_CHECKING:
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def run(*args: Any, env: dict[str, str | None] | None = None) -> Result:
-    return CliRunner(env=env).invoke(cli, [str(a) for a in args])
-
-
-def assert_one_line_error(result: Result, code: int, *needles: str) -> str:
-    out = result.output.strip()
-    assert result.exit_code == code, out
-    assert "\n" not in out, out
-    assert out.startswith("error: "), out
-    assert "Traceback" not in out
-    for needle in needles:
-        assert needle in out, out
-    return out
 
 
 def test_small_run_writes_report_and_charts(tmp_path: Path) -> None:

@@ -19,10 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner, Result
+from cli_runner import assert_one_line_error, run
 
 import joinstate
-from joinstate.cli import cli
 
 CUSTOMERS = pa.schema([("c_id", pa.int64()), ("c_name", pa.string())])
 ORDERS = pa.schema([("o_id", pa.int64()), ("o_customer", pa.int64()),
@@ -90,19 +89,6 @@ def zset(table: pa.Table) -> Counter[tuple[Any, ...]]:
     return Counter({k: v for k, v in out.items() if v})
 
 
-def run(*args: Any, env: dict[str, str | None] | None = None) -> Result:
-    return CliRunner(env=env).invoke(cli, [str(a) for a in args])
-
-
-def assert_one_line_error(result: Result, code: int, *needles: str) -> str:
-    out = result.output.strip()
-    assert result.exit_code == code, out
-    assert "\n" not in out, out
-    assert out.startswith("error: "), out
-    assert "Traceback" not in out
-    for needle in needles:
-        assert needle in out, out
-    return out
 
 
 @pytest.fixture

@@ -8,29 +8,17 @@ them, that the view's pipeline is shown, and that bad arguments are one-line err
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner, Result
-
-from joinstate.cli import cli
+from cli_runner import assert_one_line_error, run
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
-def run(*args: Any) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def one_line_error(result: Result, code: int, *needles: str) -> None:
-    out = result.output.strip()
-    assert result.exit_code == code, out
-    assert "\n" not in out and out.startswith("error: ") and "Traceback" not in out, out
-    for needle in needles:
-        assert needle in out, out
 
 
 @pytest.fixture
@@ -88,16 +76,16 @@ def test_plan_of_a_join_picks_the_small_side_from_the_files(data: dict[str, Path
 ])
 def test_bad_plan_arguments_are_one_line_errors(args: tuple[str, ...],
                                                 needles: tuple[str, ...]) -> None:
-    one_line_error(run("plan", *args), 2, *needles)
+    assert_one_line_error(run("plan", *args), 2, *needles)
 
 
 def test_sql_outside_the_subset_is_refused_quoting_it(data: dict[str, Path]) -> None:
     r = run("plan", "--sql", "SELECT name, row_number() OVER (ORDER BY name) FROM customers",
             "--source", f"customers={data['customers']}")
-    one_line_error(r, 2, "ROW_NUMBER() OVER")
+    assert_one_line_error(r, 2, "ROW_NUMBER() OVER")
 
 
 def test_unknown_unique_source_is_named(data: dict[str, Path]) -> None:
     r = run("plan", "--sql", "SELECT * FROM customers", "--source",
             f"customers={data['customers']}", "--unique", "nope=c_id")
-    one_line_error(r, 2, "'nope=c_id'")
+    assert_one_line_error(r, 2, "'nope=c_id'")

@@ -26,6 +26,8 @@ SALES = "ss_customer_sk long, ss_ticket long, ss_qty int, ss_paid double"
 CUSTOMER_COLS = ["c_customer_sk", "c_name", "c_birth", "c_balance", "c_flag", "c_seen",
                  "c_score"]
 SALES_COLS = ["ss_customer_sk", "ss_ticket", "ss_qty", "ss_paid"]
+OUT_COLS = CUSTOMER_COLS + SALES_COLS
+"""The join output's columns: customer's, then the sale's."""
 
 
 def customer(rng: random.Random, sk: int | None, tag: str = "") -> Row:
@@ -40,6 +42,11 @@ def customer(rng: random.Random, sk: int | None, tag: str = "") -> Row:
 
 def sale(rng: random.Random, sk: int | None, ticket: int) -> Row:
     return (sk, ticket, rng.randrange(1, 10), round(rng.random() * 100, 2))
+
+
+def new_sale(rng: random.Random, sk: int | None) -> Row:
+    """A sale with a fresh random ticket (a new row, not one of :func:`sales`)."""
+    return sale(rng, sk, rng.randrange(10**7, 10**8))
 
 
 def customers(rng: random.Random, n: int = 150) -> list[Row]:

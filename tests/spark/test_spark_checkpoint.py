@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: pipeline
 from sparkdata import (
     CUSTOMER,
     CUSTOMER_COLS,
+    OUT_COLS,
     SALES,
     SALES_COLS,
     add,
@@ -44,7 +45,7 @@ from sparkdata import (
     customers,
     df,
     mutate,
-    sale,
+    new_sale,
     sales,
     spark_join,
     via_spark,
@@ -61,12 +62,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-OUT_COLS = CUSTOMER_COLS + SALES_COLS
 Row = tuple[Any, ...]
 
-
-def new_sale(rng: random.Random, sk: int | None) -> Row:
-    return sale(rng, sk, rng.randrange(10**7, 10**8))
 
 
 def make_job(spark: SparkSession, root: Path, left: Counter[Row], right: Counter[Row], *,

@@ -26,6 +26,7 @@ import pytest
 from sparkdata import (
     CUSTOMER,
     CUSTOMER_COLS,
+    OUT_COLS,
     SALES,
     SALES_COLS,
     add,
@@ -35,7 +36,7 @@ from sparkdata import (
     customers,
     df,
     mutate,
-    sale,
+    new_sale,
     sales,
     spark_join,
     via_spark,
@@ -64,12 +65,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-OUT_COLS = CUSTOMER_COLS + SALES_COLS
 Row = tuple[Any, ...]
 
-
-def new_sale(rng: random.Random, sk: int | None) -> Row:
-    return sale(rng, sk, rng.randrange(10**7, 10**8))
 
 
 def parquet_of(spark: SparkSession, rows: Counter[Row], schema: str, path: Path,

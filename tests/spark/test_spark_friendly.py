@@ -24,9 +24,8 @@ import pyarrow as pa
 import pytest
 from sparkdata import (
     CUSTOMER,
-    CUSTOMER_COLS,
+    OUT_COLS,
     SALES,
-    SALES_COLS,
     add,
     apply_to,
     changes_df,
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-OUT_COLS = CUSTOMER_COLS + SALES_COLS
 
 
 def make_job(spark: SparkSession, state: Path, how: str, left: Counter, right: Counter,

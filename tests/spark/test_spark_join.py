@@ -18,6 +18,7 @@ import pytest
 from sparkdata import (
     CUSTOMER,
     CUSTOMER_COLS,
+    OUT_COLS,
     SALES,
     SALES_COLS,
     add,
@@ -27,7 +28,7 @@ from sparkdata import (
     customers,
     df,
     mutate,
-    sale,
+    new_sale,
     sales,
     spark_join,
     via_spark,
@@ -48,11 +49,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-OUT_COLS = CUSTOMER_COLS + SALES_COLS
 
-
-def new_sale(rng: random.Random, sk: int | None) -> tuple[object, ...]:
-    return sale(rng, sk, rng.randrange(10**7, 10**8))
 
 
 def make_job(spark: SparkSession, tmp_path: Path, how: str, left: Counter, right: Counter,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from sparkdata import (
-    CUSTOMER_COLS,
+    OUT_COLS,
     SALES,
     SALES_COLS,
     add,
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-OUT_COLS = CUSTOMER_COLS + SALES_COLS
 
 
 def write_batch(spark: SparkSession, src: Path, n: int, changes: list) -> None:
