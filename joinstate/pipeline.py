@@ -432,19 +432,28 @@ class IndexPlan:
         self.guards = list(by_guard.values())
 
     def rows_to_store(self, table: pa.Table, w: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-        """The rows (and columns) this index stores of a change to its stream."""
-        if self.predicate is not None:
-            sel = np.flatnonzero(mask(table, self.predicate))
-            if len(sel) != table.num_rows:
-                table, w = table.take(pa.array(sel)), w[sel]
-        for guard, cols in self.guards:
-            if not table.num_rows:
-                break
-            keep = mask(table, guard)
+        """The rows (and columns) this index stores of a change to its stream.
+
+        The predicate and the guards are evaluated in one Arrow plan (a plan costs ~70 µs
+        whatever the row count).
+        """
+        if self.predicate is None or not table.num_rows:
+            return table, w
+        exprs = [self.predicate, *(g for g, _ in self.guards)]
+        cols = evaluate(table, exprs, [f"m{i}" for i in range(len(exprs))])
+        masks = [np.asarray(pc.fill_null(c, False).to_numpy(zero_copy_only=False), dtype=bool)
+                 for c in cols.columns]
+        sel = np.flatnonzero(masks[0])
+        if not len(sel):
+            return table.slice(0, 0), w[:0]
+        if len(sel) != table.num_rows:
+            table, w = table.take(pa.array(sel)), w[sel]
+            masks = [m[sel] for m in masks]
+        for (_, cols_), keep in zip(self.guards, masks[1:], strict=True):
             if keep.all():
                 continue
             cond = pa.array(keep)
-            for c in cols:
+            for c in cols_:
                 i = table.schema.get_field_index(c)
                 col = table.column(i)
                 table = table.set_column(i, table.schema.field(i), pc.if_else(
