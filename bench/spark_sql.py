@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
+from bench.q4ref import Reference, reference_sql
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -55,11 +57,10 @@ def recompute(tables: Mapping[str, pa.Table], runs: int = 3, *,
     session is started (and stopped) here.
     """
     import spark_io
-    from bench import q4
 
     if runs < 1:
         raise ValueError(f"runs={runs} must be >= 1")
-    sql_year_total, sql_answer, _ = q4.reference_sql()
+    sql_year_total, sql_answer, _ = reference_sql()
     own = spark is None
     session = spark if spark is not None else spark_io.local_session("joinstate-q4-sql", cores)
     tmp = Path(workdir or tempfile.mkdtemp(prefix="joinstate-sparksql-"))
@@ -87,7 +88,7 @@ def recompute(tables: Mapping[str, pa.Table], runs: int = 3, *,
             session.stop()
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    ref = q4.Reference()
+    ref = Reference()
     try:
         want, _ = ref.answer(tables)
         want_yt, _ = ref.year_total(tables)
