@@ -1288,6 +1288,7 @@ class Pipeline:
             if d is not None and id(ip) not in staged:
                 with self._expression_errors(f"the filter of index {ip.index_name}", src):
                     self._stage_index(ip, d, txn)
+        self._push_masks.clear()  # holds this push's deltas: not kept past it
         outs: dict[str, pa.Table] = {}
         for name, node in self._outputs.items():
             d = deltas.get(node.id)
