@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 import population
 from population.sources import DEFAULT_BATCH_ROWS
-from spark_io._profile import task_profile
+from spark_io._profile import TaskUsage, task_profile
 from spark_io._worker import (
     _BatchFiles,
     _Counted,
@@ -129,7 +129,7 @@ class DirectPopulateTask(_ShardTask):
         attempt = _task_attempt()
         resume = self.resume or attempt > 0
         for shard in (int(s) for s in shards):
-            t0, cpu0 = time.perf_counter(), time.process_time()
+            t0, usage = time.perf_counter(), TaskUsage()
             detail: dict[str, Any] = {}
             with task_profile("populate-files", shard, attempt), \
                     self.open(shard) as (join, opened):
@@ -142,7 +142,7 @@ class DirectPopulateTask(_ShardTask):
             yield _report(shard, "both", rows_in, rows_out, time.perf_counter() - t0,
                           replayed=replayed,
                           detail={**detail, "read": "files", "checkpoint": opened.report(),
-                                  "process_cpu_s": round(time.process_time() - cpu0, 3)})
+                                  **usage.report()})
 
     def _populate(self, join: Join, shard: int, resume: bool
                   ) -> tuple[int, int, dict[str, Any]]:

@@ -241,3 +241,18 @@ def test_help_has_examples() -> None:
     text = run("bench", "tpcds", "--help").output
     for option in ("--sf", "--strategies", "--sizes", "--spark / --no-spark", "--out"):
         assert option in text
+
+
+def test_sparkjoin_table_shows_each_tasks_time_and_cpu() -> None:
+    """The slower task sets a populate's time: the report shows both tasks' seconds/CPU."""
+    res = {"sf": 1.0, "rows_in": 300, "want": [200, 0], "cores": 2, "shards": 2,
+           "load_average_start": [0.5], "load_average_end": [0.7],
+           "in_process": {"s": 3.0, "ok": True, "load_average": 0.5},
+           "spark_join": [{"s": 2.0, "ok": True, "shards": 2, "read": "auto", "setup_s": 1.0,
+                           "load_average": 0.6,
+                           "jobs": [{"side": "both", "s": 1.9, "task_s": [1.6, 1.85],
+                                     "task_cpu_s": [1.5, 1.75], "task_rows": [150, 150],
+                                     "task_minor_faults": [10, 20]}]}]}
+    md = spark_tpcds.to_markdown(res)
+    assert "(jobs: both 1.9 s (tasks 1.6/1.9 s, CPU 1.5/1.8 s); setup 1.0 s apart)" in md
+    assert "| 2.0 | 150 | 0.67x |" in md

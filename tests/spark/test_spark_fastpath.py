@@ -154,6 +154,9 @@ def test_files_populate_then_apply_matches_spark_join(spark: SparkSession, tmp_p
     assert report is not None and [j.side for j in report.jobs] == ["both"]
     assert sorted(s.shard for s in report.jobs[0].shards) == [0, 1, 2]
     assert {s.detail["read"] for s in report.jobs[0].shards} == {"files"}
+    # what each task cost its worker, to tell a straggler from a skewed shard
+    assert all(s.detail["process_cpu_s"] > 0 and s.detail["minor_faults"] > 0
+               for s in report.jobs[0].shards)
     assert report.rows_in == left.total() + right.total()
     assert {r["phase"] for r in job.shard_summary()} == {"live"}
     assert job.manifest.populating is None and job.manifest.populated == report.operation
