@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from joinstate._bytes import Bytes
-from joinstate._expr import as_expression, evaluate, mask, output_types, references
+from joinstate._expr import as_expression, evaluate, mask, masks, output_types, references
 from joinstate._graph import (
     AggNode,
     FilterNode,
@@ -439,17 +439,14 @@ class IndexPlan:
         """
         if self.predicate is None or not table.num_rows:
             return table, w
-        exprs = [self.predicate, *(g for g, _ in self.guards)]
-        cols = evaluate(table, exprs, [f"m{i}" for i in range(len(exprs))])
-        masks = [np.asarray(pc.fill_null(c, False).to_numpy(zero_copy_only=False), dtype=bool)
-                 for c in cols.columns]
-        sel = np.flatnonzero(masks[0])
+        found = masks(table, [self.predicate, *(g for g, _ in self.guards)])
+        sel = np.flatnonzero(found[0])
         if not len(sel):
             return table.slice(0, 0), w[:0]
         if len(sel) != table.num_rows:
             table, w = table.take(pa.array(sel)), w[sel]
-            masks = [m[sel] for m in masks]
-        for (_, cols_), keep in zip(self.guards, masks[1:], strict=True):
+            found = [m[sel] for m in found]
+        for (_, cols_), keep in zip(self.guards, found[1:], strict=True):
             if keep.all():
                 continue
             cond = pa.array(keep)
@@ -542,12 +539,10 @@ def _first_masks(found: Entries | None, readers: list[_Reader]) -> dict[int, np.
     if found is None or not len(found.w) or len(filtered) < 2:
         return {}
     try:
-        cols = evaluate(found.rows, [f for _, f in filtered],
-                        [f"m{i}" for i in range(len(filtered))])
+        got = masks(found.rows, [f for _, f in filtered])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return {}  # each reader on its own, so an error names its filter
-    return {id(r): np.asarray(pc.fill_null(cols.column(i), False).to_numpy(
-        zero_copy_only=False), dtype=bool) for i, (r, _) in enumerate(filtered)}
+    return {id(r): m for (r, _), m in zip(filtered, got, strict=True)}
 
 
 def _column_picks(node: ProjectNode) -> list[tuple[str, str]] | None:
@@ -1388,16 +1383,13 @@ class Pipeline:
                     if isinstance(c, FilterNode) and c.id in self._cols and c.id != node.id]
         if not siblings or table.num_rows == 0:
             return mask(table, node.expr)
-        group = [node, *siblings]
         try:
-            cols = evaluate(table, [f.expr for f in group], [f"m{i}" for i in range(len(group))])
+            got = masks(table, [node.expr, *(f.expr for f in siblings)])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return mask(table, node.expr)  # each filter on its own: errors name their operator
-        masks = [np.asarray(pc.fill_null(cols.column(i), False).to_numpy(zero_copy_only=False),
-                            dtype=bool) for i in range(len(group))]
-        for f, m in zip(siblings, masks[1:], strict=True):
+        for f, m in zip(siblings, got[1:], strict=True):
             self._push_masks[f.id] = (table, m)
-        return masks[0]
+        return got[0]
 
     def _keys(self, node: Node, pos: int, table: pa.Table
               ) -> tuple[Bytes, np.ndarray, np.ndarray]:
