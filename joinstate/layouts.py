@@ -287,7 +287,7 @@ class _UniqueBase(RowLayout):
         if keyset is not None and (w == 1).all() and not has_duplicates(h) \
                 and not keyset.contains(h).any():
             n = len(rows)
-            txn.put_many(self.cf, skeys_b.to_list(), batch.enc.take(rows).to_list())
+            txn.put_many(self.cf, skeys_b, batch.enc.take(rows))
             txn.add(self.cf, "rows", n)
             txn.add(self.cf, "entries", n)
             txn.after_commit(lambda: keyset.add(h))
@@ -614,7 +614,7 @@ class BagLayout(RowLayout):
         if len(ins):
             keys = Bytes.concat_rows([base.take(ins), _seq_column(np.full(len(ins), seq))])
             values = Bytes.concat_rows([_i64_column(w[ins]), batch.enc.take(rows[ins])])
-            txn.put_many(self.cf, keys.to_list(), values.to_list())
+            txn.put_many(self.cf, keys, values)
             entries_delta += len(ins)
         if len(dels):
             txn.note_read()

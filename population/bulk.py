@@ -17,13 +17,14 @@ ascending keys, which :func:`_sorted_order` guarantees (or reports a duplicate).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import rocksdict as rd
 
 from joinstate import StateCorruptedError
@@ -69,7 +70,9 @@ class SstIngester:
         self.run_rows = run_rows
         self.join = join
         self.tmp = staging_dir(store.path, join)
-        self.pending: dict[str, dict[str, tuple[list[bytes], list[bytes | None]]]] = {}
+        # Per side, per column family: the run's keys and values as Arrow chunks (packed:
+        # no Python object per row until the SST writer needs one).
+        self.pending: dict[str, dict[str, tuple[list[pa.Array], list[pa.Array]]]] = {}
         self.records: dict[str, dict[bytes, bytes | None]] = {}
         self.pending_rows: dict[str, int] = {}
         self.files: dict[str, int] = {}
@@ -87,7 +90,7 @@ class SstIngester:
 
         def collect(blocks: Sequence[WriteBlock], records: Sequence[Record]) -> None:
             for block in blocks:
-                if None in block.values:
+                if block.deletes:
                     raise BulkLoadRefused(
                         f"{side}: a bulk-loaded batch deletes from {block.column_family}; "
                         "only appends can be ingested"
@@ -96,9 +99,10 @@ class SstIngester:
             n = 0
             for block in blocks:
                 got = per_cf.setdefault(block.column_family, ([], []))
-                got[0].extend(block.keys)
-                got[1].extend(block.values)
-                n += len(block.keys)
+                keys, values = block.arrow()
+                got[0].append(keys)
+                got[1].append(values)
+                n += len(keys)
             self.pending_rows[side] = self.pending_rows.get(side, 0) + n
             self.records.setdefault(side, {}).update(records)
 
@@ -122,16 +126,19 @@ class SstIngester:
             return
         self.tmp.mkdir(parents=True, exist_ok=True)
         files: dict[str, list[str]] = {}
-        for cf, (keys, values) in per_cf.items():
-            if not keys:
+        for cf, (key_chunks, value_chunks) in per_cf.items():
+            keys = pa.concat_arrays(key_chunks)
+            if not len(keys):
                 continue
+            values = pa.concat_arrays(value_chunks)
+            key_chunks.clear()
+            value_chunks.clear()
             order = _sorted_order(keys)
             self._seq += 1
             path = self.tmp / f"{self._seq:06d}.sst"
             writer = rd.SstFileWriter(options=self.store.cf_options(cf))
             writer.open(str(path))
-            for i in order:
-                writer[keys[i]] = values[i]
+            _write_sorted(writer, keys, values, order)
             writer.finish()
             size = _cache_file(path)
             files[cf] = [str(path)]
@@ -175,24 +182,45 @@ def _cache_file(path: Path) -> int:
     return size
 
 
-def _sorted_order(keys: list[bytes]) -> list[int]:
-    """Positions of ``keys`` in ascending byte order; raises on a duplicate key.
+_PUT_ROWS = 4096
+"""Rows made into Python ``bytes`` at a time for the SST writer.
+
+The objects of one slice are freed before the next is made, so the writer loop reuses
+the same few megabytes of heap instead of touching fresh pages for the whole run.
+"""
+
+
+def _write_sorted(writer: rd.SstFileWriter, keys: pa.Array, values: pa.Array,
+                  order: np.ndarray) -> None:
+    """Put ``keys[order[i]] -> values[order[i]]`` in order, a slice at a time."""
+    for lo in range(0, len(order), _PUT_ROWS):
+        idx = pa.array(order[lo:lo + _PUT_ROWS])
+        for k, v in zip(keys.take(idx).to_pylist(), values.take(idx).to_pylist(),
+                        strict=True):
+            writer[k] = v
+
+
+def _sorted_order(keys: pa.Array) -> np.ndarray:
+    """Positions of ``keys`` (``large_binary``) in ascending byte order; raises on a duplicate.
 
     Equal-length keys (integer join keys: prefix + key + row hash + seq) are sorted by
-    numpy as fixed-width byte strings, which compare like memcmp; others by Python.
+    numpy as fixed-width byte strings, which compare like memcmp; others by Arrow, whose
+    binary order is also bytewise.
     """
     n = len(keys)
-    widths = set(map(len, keys))
-    if len(widths) == 1:
-        arr = np.frombuffer(b"".join(keys), dtype=f"S{widths.pop()}")
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset:keys.offset + n + 1]
+    lengths = np.diff(offsets)
+    if n and lengths[0] > 0 and bool((lengths == lengths[0]).all()):
+        data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+        arr = data.view(f"S{int(lengths[0])}")
         order = np.argsort(arr)  # keys are unique (checked below): stability is moot
         s = arr[order]
-        if n > 1 and bool((s[1:] == s[:-1]).any()):
-            msg = "bulk load: the index produced one key twice in a run"
-            raise StateCorruptedError(msg)
-        return list(order.tolist())
-    idx = sorted(range(n), key=keys.__getitem__)
-    if any(keys[a] == keys[b] for a, b in itertools.pairwise(idx)):
+        duplicate = n > 1 and bool((s[1:] == s[:-1]).any())
+    else:
+        order = np.asarray(pc.sort_indices(keys), dtype=np.int64)
+        s = keys.take(pa.array(order))
+        duplicate = n > 1 and bool(pc.any(pc.equal(s.slice(1), s.slice(0, n - 1))).as_py())
+    if duplicate:
         msg = "bulk load: the index produced one key twice in a run"
         raise StateCorruptedError(msg)
-    return idx
+    return order
