@@ -191,10 +191,10 @@ the same few megabytes of heap instead of touching fresh pages for the whole run
 
 
 def _write_sorted(writer: rd.SstFileWriter, keys: pa.Array, values: pa.Array,
-                  order: np.ndarray) -> None:
-    """Put ``keys[order[i]] -> values[order[i]]`` in order, a slice at a time."""
-    for lo in range(0, len(order), _PUT_ROWS):
-        idx = pa.array(order[lo:lo + _PUT_ROWS])
+                  order: np.ndarray, rows: int = _PUT_ROWS) -> None:
+    """Put ``keys[order[i]] -> values[order[i]]`` in order, ``rows`` at a time."""
+    for lo in range(0, len(order), rows):
+        idx = pa.array(order[lo:lo + rows])
         for k, v in zip(keys.take(idx).to_pylist(), values.take(idx).to_pylist(),
                         strict=True):
             writer[k] = v

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import joinstate
 from joinstate import WriteBlock
 from joinstate._bytes import Bytes
-from population import bulk
+from population.bulk import _sorted_order, _write_sorted
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -93,17 +93,12 @@ def test_sorted_sst_holds_every_pair_in_byte_order(
     values = [bytes([i % 256]) * (i % 5) for i in range(len(ordered))]
     k = pa.array(ordered, pa.large_binary())
     v = pa.array(values, pa.large_binary())
-    order = bulk._sorted_order(k)
+    order = _sorted_order(k)
     assert [ordered[i] for i in order.tolist()] == sorted(ordered)
     path = tmp_path_factory.mktemp("sst") / "f.sst"
     writer = rd.SstFileWriter(options=rd.Options(raw_mode=True))
     writer.open(str(path))
-    old = bulk._PUT_ROWS
-    bulk._PUT_ROWS = put_rows
-    try:
-        bulk._write_sorted(writer, k, v, order)
-    finally:
-        bulk._PUT_ROWS = old
+    _write_sorted(writer, k, v, order, put_rows)
     writer.finish()
     assert _sst_items(path) == sorted(zip(ordered, values, strict=True))
 
@@ -111,11 +106,11 @@ def test_sorted_sst_holds_every_pair_in_byte_order(
 @pytest.mark.parametrize("keys", [[b"ab\x00", b"zz\x01", b"ab\x00"], [b"a", b"bb", b"a"]])
 def test_a_duplicate_key_in_a_run_is_corruption(keys: list[bytes]) -> None:
     with pytest.raises(joinstate.StateCorruptedError, match="one key twice"):
-        bulk._sorted_order(pa.array(keys, pa.large_binary()))
+        _sorted_order(pa.array(keys, pa.large_binary()))
 
 
 def test_sorted_order_of_a_sliced_array() -> None:
     """A run chunk that is a slice of a bigger array (non-zero offset) sorts its own rows."""
     base = pa.array([b"zz", b"cc", b"aa", b"bb", b"00"], pa.large_binary())
     part = base.slice(1, 3)
-    assert np.asarray(bulk._sorted_order(part)).tolist() == [1, 2, 0]
+    assert np.asarray(_sorted_order(part)).tolist() == [1, 2, 0]
