@@ -46,8 +46,8 @@ class WriteBlock:
     another), and Python ``bytes`` objects are made only when something asks for them:
     :attr:`keys` / :attr:`values` for a ``WriteBatch``, or never, when a bulk loader takes
     :meth:`arrow` and sorts the run itself.  Holding a whole population run as one
-    ``bytes`` object per key and per value costs ~150 bytes a row of fresh heap, and
-    first-touching that memory was a third of the load's CPU time.
+    ``bytes`` object per key and per value costs ~150 bytes a row of fresh heap; the page
+    faults of first-touching it were most of a load's system time (~3x the faults).
     """
 
     __slots__ = ("_keys", "_values", "column_family")
