@@ -70,6 +70,9 @@ class SourceNode(Node):
 
     name: str = ""
     unique_key: tuple[str, ...] | None = None
+    retractions: str = "checked"
+    """``checked``: a retraction of a row the source does not hold is refused;
+    ``unchecked``: trusted, only the indexes check what they hold."""
     kind = "source"
 
     @property
@@ -78,9 +81,10 @@ class SourceNode(Node):
         return self.name
 
     def params(self) -> dict[str, Any]:
-        """Name and unique key."""
+        """Name, unique key and how retractions are checked."""
         return {"name": self.name,
-                "unique_key": None if self.unique_key is None else list(self.unique_key)}
+                "unique_key": None if self.unique_key is None else list(self.unique_key),
+                "retractions": self.retractions}
 
 
 @dataclass(eq=False)

@@ -352,6 +352,25 @@ class EntryMap:
             sel = found.run == r
             self.runs[r].count[found.pos[sel]] = counts[sel]
 
+    def between(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every live entry with ``start <= lo < stop`` (``stop`` up to 2**64): (lo, hi, count).
+
+        One binary search per run: the runs are sorted by ``lo``, so a range of hashes
+        (a pipeline source record's bucket) is a slice of each.
+        """
+        self.settle()
+        parts = []
+        for run in self.runs:
+            a = int(np.searchsorted(run.lo, np.uint64(start)))
+            b = len(run) if stop >= 1 << 64 else int(np.searchsorted(run.lo, np.uint64(stop)))
+            keep = run.count[a:b] != 0
+            parts.append((run.lo[a:b][keep], run.hi[a:b][keep], run.count[a:b][keep]))
+        if not parts:
+            u = np.zeros(0, np.uint64)
+            return u, u, np.zeros(0, np.int64)
+        lo, hi, count = (np.concatenate(x) for x in zip(*parts, strict=True))
+        return lo, hi, count
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every live entry as one run sorted by ``lo``: (lo, hi, seq, count), for saving."""
         self.compact()

@@ -10,6 +10,8 @@ policies and population reports all use this module.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,6 +50,8 @@ ACTIVITY_COUNTERS = {
 }
 """Report name -> statistics name (histograms as ``<name>.sum`` / ``<name>.count``)."""
 
+log = logging.getLogger(__name__)
+
 _TICKER = re.compile(r"^(\S+) COUNT : (\d+)$")
 _HISTO = re.compile(r"^(\S+) P50 .* COUNT : (\d+) SUM : (\d+)$")
 
@@ -73,18 +77,60 @@ def statistics_counters(text: str | None) -> dict[str, int]:
     return out
 
 
+_OPTIONS_FILE = re.compile(r"^OPTIONS-(\d+)$")
+_READ_ATTEMPTS = 5
+
+
+def _options_files(path: Path) -> list[tuple[int, Path]]:
+    """RocksDB's finished options files in ``path``, by number (oldest first).
+
+    Only ``OPTIONS-<number>``: RocksDB writes ``OPTIONS-<n>.dbtmp`` first and renames it
+    when complete, and anything else with that prefix is not its file.
+    """
+    out = []
+    for name in os.listdir(path):
+        m = _OPTIONS_FILE.match(name)
+        if m:
+            out.append((int(m.group(1)), path / name))
+    return sorted(out)
+
+
 def auto_compaction_flags(path: str | Path) -> dict[str, bool]:
-    """``{column family: auto-compaction disabled?}`` from RocksDB's latest OPTIONS file."""
-    files = sorted(
-        Path(path).glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1] or 0)
-    )
-    if not files:
-        return {}
+    """``{column family: auto-compaction disabled?}`` from RocksDB's latest OPTIONS file.
+
+    A reading for reports, taken while RocksDB may be replacing its options file (it
+    deletes older ones after writing a new one): a file that vanishes is looked up
+    again.  If none can be read the answer is ``{}`` (unknown), logged; never an error
+    that would fail the load being observed.
+    """
+    folder = Path(path)
+    problem: OSError | None = None
+    for _ in range(_READ_ATTEMPTS):
+        try:
+            files = _options_files(folder)
+            if not files:
+                return {}
+            text = files[-1][1].read_text(errors="replace")
+        except FileNotFoundError as exc:  # replaced meanwhile: list again
+            if not folder.is_dir():
+                return {}
+            problem = exc
+            continue
+        except OSError as exc:
+            problem = exc
+            break
+        return _parse_flags(text)
+    log.warning("cannot read RocksDB's options file in %s (%s); auto-compaction flags "
+                "unknown", folder, problem)
+    return {}
+
+
+def _parse_flags(text: str) -> dict[str, bool]:
     out: dict[str, bool] = {}
     cf: str | None = None
-    for line in files[-1].read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
-        if line.startswith("[CFOptions "):
+        if line.startswith("[CFOptions ") and line.endswith('"]'):
             cf = line[len('[CFOptions "'):-2]
         elif line.startswith("["):
             cf = None

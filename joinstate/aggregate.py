@@ -803,11 +803,24 @@ class GroupState:
         return self.store.counter(self.cf, "entries")
 
     def state(self) -> pa.Table:
-        """The full current output: one row per group (no ``_weight``)."""
+        """The full current output: one row per group (no ``_weight``).
+
+        Without group keys there is always exactly one row: :meth:`empty_row` while no
+        row is counted (SQL's aggregate over no input).
+        """
         values = _rocks.iter_values(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
         if not values:
-            return self.output_schema.empty_table()
+            return self.output_schema.empty_table() if self.keys else self.empty_row()
         return self._output(self._codec.decode(Bytes.from_list(values)))
+
+    def empty_row(self) -> pa.Table:
+        """The output row of a group without rows: count(*) and counts 0, the rest NULL.
+
+        What an aggregate without group keys reads over an empty input (SQL, DuckDB).
+        """
+        state = pa.Table.from_arrays([pa.nulls(1, f.type) for f in self.state_schema],
+                                     schema=self.state_schema)
+        return self._output(state)
 
     def stage(self, delta: pa.Table | pa.RecordBatch, w: np.ndarray, txn: Transaction) -> tuple[
         pa.Table, np.ndarray
@@ -819,8 +832,9 @@ class GroupState:
         everything, then stages the writes -- so an :class:`OverRetractionError` or
         :class:`WeightOverflowError` leaves nothing staged.  The output holds, for every
         group whose output row changed, the old row with -1 (if it existed) and the new
-        row with +1 (if the group still has rows).  Reads see the state before ``txn``:
-        call it at most once per transaction.
+        row with +1 (if the group still has rows); without group keys the row always
+        exists (see :meth:`empty_row`), so the output replaces it.  Reads see the state
+        before ``txn``: call it at most once per transaction.
         """
         table, w = self._conform(delta, w)
         if table.num_rows == 0:
@@ -864,8 +878,12 @@ class GroupState:
         old_out, new_out = self._output(old), self._output(new)
         same = self._same_values(old_out, new_out)
         alive = n_new > 0
-        emit_old = np.flatnonzero(present & ~(alive & same))
-        emit_new = np.flatnonzero(alive & ~(present & same))
+        # Without group keys the one group's output row exists whether or not it has
+        # rows (its empty form is empty_row(), what _output makes of an absent state):
+        # it changes, never appears or disappears.
+        shown, kept = (present, alive) if self.keys else (np.ones_like(present),) * 2
+        emit_old = np.flatnonzero(shown & ~(kept & same))
+        emit_new = np.flatnonzero(kept & ~(shown & same))
         out = pa.concat_tables([old_out.take(pa.array(emit_old)),
                                 new_out.take(pa.array(emit_new))])
         out_w = np.concatenate([np.full(len(emit_old), -1, np.int64),

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from joinstate._zset import I64_MIN, checked_sum
 from joinstate.errors import SchemaMismatchError, WeightOverflowError
-from joinstate.schema import WEIGHT
+from joinstate.schema import WEIGHT, weights_of
 
 __all__ = ["CHANGE_TYPE", "CHANGE_WEIGHTS", "DELTA_METADATA", "from_changes", "to_changes"]
 
@@ -47,17 +47,6 @@ def _as_table(data: pa.Table | pa.RecordBatch, what: str) -> pa.Table:
     return data
 
 
-def _weights(table: pa.Table, what: str) -> np.ndarray:
-    if WEIGHT not in table.column_names:
-        return np.ones(table.num_rows, dtype=np.int64)
-    col = table.column(WEIGHT)
-    if not pa.types.is_integer(col.type) or col.type == pa.uint64():
-        raise SchemaMismatchError(f"{what}: column {WEIGHT!r} must be int64, got {col.type}")
-    if col.null_count:
-        raise SchemaMismatchError(f"{what}: column {WEIGHT!r} has NULL weights")
-    return np.asarray(pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def to_changes(table: pa.Table | pa.RecordBatch) -> pa.Table:
     """Expand a weighted change set into one row per copy, with ``_change_type``.
 
@@ -66,7 +55,7 @@ def to_changes(table: pa.Table | pa.RecordBatch) -> pa.Table:
     ``_change_type`` (string), last; a table without ``_weight`` counts every row as +1.
     """
     t = _as_table(table, "to_changes")
-    w = _weights(t, "to_changes")
+    w = weights_of(t, "to_changes")
     if CHANGE_TYPE in t.column_names:
         raise SchemaMismatchError(
             f"to_changes: the table already has a {CHANGE_TYPE!r} column; pass a weighted "

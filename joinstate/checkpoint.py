@@ -15,8 +15,12 @@ NFS mount, ``s3://``, ``gs://``, ``hdfs://``)::
    nothing.
 2. Each file's xxh3-128 checksum (cached per file by name, size, mtime and inode) names
    its object.  An object already at the location with the same size is not uploaded
-   again: a checkpoint uploads the SSTs written since the previous one and the small
-   files that changed (RocksDB's MANIFEST, OPTIONS, CURRENT).
+   again once it is known intact: by default it is read back and checksummed first
+   (``verify="all"``; ``"changed"`` reads back only objects whose listed size or
+   modification time changed since this store uploaded or read them), and a copy that
+   rotted at the location is uploaded again from the store's file.  So a checkpoint
+   uploads the SSTs written since the previous one and the small files that changed
+   (RocksDB's MANIFEST, OPTIONS, CURRENT), and never references a damaged object.
 3. A name under ``objects/`` is always a complete file: object stores (S3, GCS) publish
    an object only when its upload completes; elsewhere (local, HDFS) the file is written
    under a hidden temporary name and renamed.
@@ -31,11 +35,15 @@ NFS mount, ``s3://``, ``gs://``, ``hdfs://``)::
 
 **Restoring one** (:meth:`joinstate.StateStore.restore`, :func:`restore`) downloads into a
 hidden folder beside the target, checks every file's size and checksum against the
-manifest, and only then moves the folder into place: a damaged checkpoint raises
-:class:`~joinstate.errors.CheckpointCorruptedError` and the target stays as it was.
-Files the old target already holds with the recorded size and checksum are linked
-instead of downloaded (a working copy that is a little behind downloads only the
-difference).
+manifest, and only then swaps the folder into place (an atomic exchange of the two
+directories where the system has one): a damaged checkpoint raises
+:class:`~joinstate.errors.CheckpointCorruptedError`, naming the checkpoints that do not
+use the damaged file, and the target stays as it was.  A store being replaced must not
+be open for writing: the restore holds its LOCK throughout (refusing with
+:class:`~joinstate.errors.StateLockedError` if a writer has it), so no writer's files are
+swapped away under it.  Files the old target already holds with the recorded size and
+checksum are linked instead of downloaded (a working copy that is a little behind
+downloads only the difference).
 
 Derived files kept beside a store (entry maps and probe-cache decisions, see
 :meth:`joinstate.db.Database.save_arrays`) are not part of a checkpoint: they describe
@@ -57,19 +65,22 @@ files.  Give every store its own location (:func:`child_uri`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import errno
 import functools
 import json
 import logging
 import os
 import re
 import shutil
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -77,6 +88,7 @@ import rocksdict as rd
 import xxhash
 
 from joinstate import _rocks
+from joinstate.db import hold_directory, lock_file
 from joinstate.errors import (
     CheckpointCorruptedError,
     CheckpointIOError,
@@ -84,6 +96,7 @@ from joinstate.errors import (
     JoinStateError,
     NotAStateStoreError,
     OptionsError,
+    StateLockedError,
 )
 
 if TYPE_CHECKING:
@@ -121,6 +134,7 @@ _OBJECTS = "objects"
 _MANIFESTS = "checkpoints"
 _MARKER = "state.json"
 _CHECKSUMS = "checksums.json"
+_VERIFIED = "verified.json"
 _CHUNK = 8 << 20
 _THREADS = 4
 _MANIFEST_NAME = re.compile(r"^(\d{12})-([0-9a-f]{8})\.json$")
@@ -192,6 +206,27 @@ def child_uri(uri: str, relative: str) -> str:
     return f"{base.rstrip('/')}/{relative.strip('/')}{sep}{query}"
 
 
+Verify = Literal["all", "changed"]
+"""Which files already at the location a checkpoint reads back before reusing them.
+
+``"all"`` (the default): every one, so no checkpoint ever references a copy that rotted
+at the location since it was uploaded; costs reading the reused bytes back (the
+location's read bandwidth; no upload).  ``"changed"``: only those whose listing (size,
+modification time) differs from when this store last uploaded or read them (a file
+rewritten, truncated or replaced in place); decay that leaves the listing alone is then
+found only by a restore.
+"""
+VERIFY_MODES: tuple[str, ...] = ("all", "changed")
+
+
+def check_verify(verify: object) -> Verify:
+    """``verify`` as a :data:`Verify` mode, else :class:`~joinstate.errors.OptionsError`."""
+    if verify not in VERIFY_MODES:
+        raise OptionsError(f"verify={verify!r} must be one of {VERIFY_MODES} (which files "
+                           "at the checkpoint location are read back before reuse)")
+    return cast("Verify", verify)
+
+
 def check_keep(keep: object) -> int:
     """``keep`` as an int >= 1, else :class:`~joinstate.errors.OptionsError`."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
@@ -248,6 +283,11 @@ class CheckpointInfo:
     transferred: tuple[str, ...] = ()
     transferred_bytes: int = 0
     seconds: float = 0.0
+    verified: tuple[str, ...] = ()
+    """Files already at the location that a checkpoint read back before reusing them."""
+    verified_bytes: int = 0
+    repaired: tuple[str, ...] = ()
+    """Files whose copy at the location did not match: uploaded again (and logged)."""
 
     @property
     def bytes(self) -> int:
@@ -272,8 +312,8 @@ def _digest(doc: dict[str, Any]) -> str:
 
 def _manifest_doc(cid: str, generation: int, sequence: int, files: Sequence[CheckpointFile],
                   parent: str | None) -> dict[str, Any]:
-    from joinstate import __version__
     from joinstate.db import LAYOUT_VERSION
+    from joinstate.version import __version__
 
     doc: dict[str, Any] = {
         "format": FORMAT, "id": cid, "generation": generation, "sequence": sequence,
@@ -334,9 +374,18 @@ def _manifest_ids(loc: Location) -> list[str]:
     return [cid for _, cid in sorted(found)]
 
 
-def _list_objects(loc: Location) -> dict[str, int]:
+@dataclass(frozen=True)
+class _Listed:
+    """An object as the location lists it."""
+
+    size: int
+    mtime_ns: int | None
+
+
+def _list_objects(loc: Location) -> dict[str, _Listed]:
     infos = loc.fs.get_file_info(pafs.FileSelector(loc.path(_OBJECTS), allow_not_found=True))
-    return {fi.base_name: int(fi.size or 0) for fi in infos if fi.type == pafs.FileType.File}
+    return {fi.base_name: _Listed(int(fi.size or 0), fi.mtime_ns)
+            for fi in infos if fi.type == pafs.FileType.File}
 
 
 def _read_manifest(loc: Location, cid: str) -> dict[str, Any]:
@@ -531,11 +580,14 @@ def _put_bytes(loc: Location, dst: str, data: bytes) -> None:
 
 
 def upload(staging: Path, store_dir: Path, loc: Location, sequence: int, *,
-           keep: int = DEFAULT_KEEP, protect: Iterable[str] = ()) -> CheckpointInfo:
+           keep: int = DEFAULT_KEEP, protect: Iterable[str] = (),
+           verify: Verify = "all") -> CheckpointInfo:
     """Upload the staging folder of :func:`snapshot` as a new checkpoint at ``loc``.
 
     Steps 2-5 of the module docstring; the staging folder is removed either way, and the
-    store directory records the new checkpoint (:func:`local_checkpoint`).
+    store directory records the new checkpoint (:func:`local_checkpoint`).  ``verify``:
+    which files already at the location are read back before the checkpoint reuses
+    them (see :data:`Verify`); one that does not match is uploaded again.
     """
     t0 = time.perf_counter()
     try:
@@ -548,8 +600,18 @@ def upload(staging: Path, store_dir: Path, loc: Location, sequence: int, *,
         files = [checksums.of(p) for p in sorted(staging.iterdir()) if p.is_file()]
         todo: dict[str, CheckpointFile] = {}
         for f in files:
-            if present.get(f.object) != f.size:
+            if f.object not in present or present[f.object].size != f.size:
                 todo.setdefault(f.object, f)
+        seen = _Verified(store_dir / LOCAL_DIR, loc)
+        reused = {f.object: f for f in files if f.object not in todo}
+        check = [f for obj, f in reused.items()
+                 if verify == "all" or not seen.unchanged(obj, present[obj])]
+        with _fs_errors(loc, f"read back {len(check)} checkpoint file(s) to reuse"):
+            damaged = _read_back(loc, check)
+        for obj in damaged:
+            log.warning("checkpoint location %s: objects/%s (%s) does not match the store's "
+                        "file; uploading it again", loc.uri, obj, reused[obj].name)
+            todo[obj] = reused[obj]
         with _fs_errors(loc, f"upload {len(todo)} checkpoint file(s)"):
             loc.fs.create_dir(loc.path(_OBJECTS), recursive=True)
             loc.fs.create_dir(loc.path(_MANIFESTS), recursive=True)
@@ -559,6 +621,10 @@ def upload(staging: Path, store_dir: Path, loc: Location, sequence: int, *,
             doc = _manifest_doc(cid, generation, sequence, files, ids[-1] if ids else None)
             _put_bytes(loc, loc.path(_MANIFESTS, f"{cid}.json"),
                        json.dumps(doc, indent=1).encode())
+            # What this store now knows to be intact at the location, as listed now.
+            known = todo.keys() | {f.object for f in check}
+            seen.record({obj: info for obj, info in _list_objects(loc).items()
+                         if obj in known}, keep={f.object for f in files})
         checksums.save(f.name for f in files)
         _write_marker(store_dir, cid, loc, sequence)
     finally:
@@ -569,10 +635,62 @@ def upload(staging: Path, store_dir: Path, loc: Location, sequence: int, *,
         log.warning("checkpoint %s at %s is complete, but removing old checkpoints failed: %s",
                     cid, loc.uri, exc)
     sent = {f.name for f in todo.values()}
+    read = {f.name for f in check}
     return dataclasses.replace(
         _info(doc, loc.uri), transferred=tuple(f.name for f in files if f.name in sent),
         transferred_bytes=sum(f.size for f in todo.values()),
+        verified=tuple(f.name for f in files if f.name in read),
+        verified_bytes=sum(f.size for f in check),
+        repaired=tuple(sorted(reused[obj].name for obj in damaged)),
         seconds=time.perf_counter() - t0)
+
+
+def _read_back(loc: Location, files: Sequence[CheckpointFile]) -> set[str]:
+    """Read ``files`` from the location, checking each; the objects that do not match."""
+    damaged: set[str] = set()
+
+    def one(f: CheckpointFile) -> None:
+        try:
+            _read_object(loc, f)
+        except _Damaged:
+            damaged.add(f.object)
+
+    _parallel([functools.partial(one, f) for f in files])
+    return damaged
+
+
+class _Verified:
+    """Objects of one location this store uploaded or read back intact, as then listed.
+
+    Kept in the store's checkpoint folder (``verified.json``): per location, object
+    name -> the size and modification time the location listed once the object was
+    known intact.  ``verify="changed"`` reuses an object without reading it only while
+    the location still lists it so; any rewrite, replacement or truncation changes that.
+    """
+
+    def __init__(self, folder: Path, loc: Location) -> None:
+        self.path = folder / _VERIFIED
+        self.loc = loc.key
+        self.all: dict[str, dict[str, list[int]]] = {}
+        with contextlib.suppress(OSError, ValueError):
+            raw = json.loads(self.path.read_text())
+            if isinstance(raw, dict):
+                self.all = raw
+        mine = self.all.get(self.loc)
+        self.known: dict[str, list[int]] = mine if isinstance(mine, dict) else {}
+
+    def unchanged(self, obj: str, listed: _Listed) -> bool:
+        stamp = self.known.get(obj)
+        return listed.mtime_ns is not None and stamp == [listed.size, listed.mtime_ns]
+
+    def record(self, now: dict[str, _Listed], keep: set[str]) -> None:
+        known = {obj: stamp for obj, stamp in self.known.items() if obj in keep}
+        for obj, listed in now.items():
+            if listed.mtime_ns is not None:
+                known[obj] = [listed.size, listed.mtime_ns]
+        self.all[self.loc] = known
+        self.path.parent.mkdir(exist_ok=True)
+        _write_json_atomically(self.path, self.all)
 
 
 def _retain(loc: Location, new: str, files: Sequence[CheckpointFile], keep: int,
@@ -630,37 +748,91 @@ def _check_target(target: Path, replace: bool) -> None:
 
 
 def _clean_leftovers(target: Path) -> None:
-    """Folders of restores that a crash interrupted (hidden siblings of ``target``)."""
+    """Folders of restores that a crash interrupted (hidden siblings of ``target``).
+
+    Called with ``target`` held; a folder whose LOCK another process holds is a restore
+    running there (into a ``target`` that was missing), not a leftover.
+    """
     if not target.parent.exists():
         return
-    for p in target.parent.glob(f".{target.name}.restore-*"):
-        shutil.rmtree(p, ignore_errors=True)
-    for p in target.parent.glob(f".{target.name}.replaced-*"):
-        shutil.rmtree(p, ignore_errors=True)
+    for pattern in (f".{target.name}.restore-*", f".{target.name}.replaced-*"):
+        for p in target.parent.glob(pattern):
+            try:
+                os.close(lock_file(p / "LOCK", p, "clean up"))
+            except (StateLockedError, OSError):
+                continue
+            shutil.rmtree(p, ignore_errors=True)
 
 
-def _get_file(loc: Location, cid: str, f: CheckpointFile, dst: Path) -> None:
-    """Download ``f`` to ``dst``, checking its size and checksum on the way."""
-    src = loc.path(_OBJECTS, f.object)
-    where = f"checkpoint {cid} at {loc.uri}: file {f.name} (objects/{f.object})"
-    remedy = ("nothing was restored; restore an older checkpoint by id "
-              "(joinstate.checkpoint.list_checkpoints lists them)")
+class _Damaged(Exception):
+    """An object at the location is not the file the manifest records (internal)."""
+
+    def __init__(self, f: CheckpointFile, problem: str) -> None:
+        super().__init__(f"{f.name} (objects/{f.object}) {problem}")
+        self.file = f
+
+
+def _read_object(loc: Location, f: CheckpointFile, out: BinaryIO | None = None) -> None:
+    """Read object ``f`` from ``loc`` (into ``out``), checking size and checksum.
+
+    Raises :class:`_Damaged` saying what is wrong (missing, size, checksum).
+    """
     h = xxhash.xxh3_128()
     n = 0
     try:
-        stream = loc.fs.open_input_stream(src)
+        stream = loc.fs.open_input_stream(loc.path(_OBJECTS, f.object))
     except FileNotFoundError:
-        raise CheckpointCorruptedError(f"{where} is missing; {remedy}") from None
-    with stream, open(dst, "wb") as out:
+        raise _Damaged(f, "is missing") from None
+    with stream:
         while chunk := stream.read(_CHUNK):
             h.update(chunk)
-            out.write(chunk)
+            if out is not None:
+                out.write(chunk)
             n += len(chunk)
     if n != f.size:
-        raise CheckpointCorruptedError(
-            f"{where} has {n} bytes, the manifest records {f.size}; {remedy}")
+        raise _Damaged(f, f"has {n} bytes, the manifest records {f.size}")
     if h.hexdigest() != f.checksum:
-        raise CheckpointCorruptedError(f"{where} fails its xxh3-128 checksum; {remedy}")
+        raise _Damaged(f, "fails its xxh3-128 checksum")
+
+
+def _get_file(loc: Location, f: CheckpointFile, dst: Path) -> None:
+    """Download ``f`` to ``dst``, checking its size and checksum on the way."""
+    with open(dst, "wb") as out:
+        _read_object(loc, f, out)
+
+
+def _damaged_error(loc: Location, cid: str, damaged: _Damaged) -> CheckpointCorruptedError:
+    """The error for a damaged file of checkpoint ``cid``, with a remedy that is true.
+
+    Checkpoints share files, so "restore an older one" helps only if one does not
+    reference the damaged file: the message names those, or says that none is left.
+    """
+    obj = damaged.file.object
+    others: list[str] = []
+    unreadable: list[str] = []
+    try:
+        for other in reversed(_manifest_ids(loc)):
+            if other == cid:
+                continue
+            try:
+                files = _info(_read_manifest(loc, other), loc.uri).files
+            except (CheckpointCorruptedError, CheckpointNotFoundError):
+                unreadable.append(other)
+                continue
+            if all(g.object != obj for g in files):
+                others.append(other)
+    except (OSError, pa.ArrowException) as exc:
+        log.warning("listing the checkpoints at %s for a remedy: %s", loc.uri, exc)
+    if others:
+        remedy = (f"checkpoint(s) not using that file, newest first: {', '.join(others)} "
+                  "(restore one by id: checkpoint=...)")
+    else:
+        remedy = ("no other checkpoint there can replace it: every other one uses that file "
+                  f"too{' or is unreadable' if unreadable else ''}. If the store that took "
+                  "them still has the file, its next checkpoint uploads it again (every "
+                  "checkpoint reads back the files it reuses) and then restores")
+    return CheckpointCorruptedError(
+        f"checkpoint {cid} at {loc.uri}: file {damaged}; nothing was restored; {remedy}")
 
 
 def _reuse(old: Path, f: CheckpointFile, dst: Path) -> bool:
@@ -682,12 +854,16 @@ def restore(uri: str, path: str | Path, *, checkpoint: str | None = None,
             ) -> CheckpointInfo:
     """Restore checkpoint ``checkpoint`` (default: the latest) of ``uri`` into ``path``.
 
-    ``path`` must be missing or empty, or ``replace=True`` replaces the store there (it
-    must be closed, in every process).  Every file is checked against the manifest
-    before the restored directory replaces ``path``; see the module docstring.  Raises
-    :class:`~joinstate.errors.CheckpointNotFoundError` (no such checkpoint; the message
-    lists those there) or :class:`~joinstate.errors.CheckpointCorruptedError` (a damaged
-    manifest or file), and in both cases ``path`` is left as it was.
+    ``path`` must be missing or empty, or ``replace=True`` replaces the store there.  The
+    store being replaced must not be open for writing (in this process or another):
+    the restore holds its LOCK from before it reads the old files until the new ones
+    are in place, and raises :class:`~joinstate.errors.StateLockedError` (changing
+    nothing) if a writer has it.  Every file is checked against the manifest before the
+    restored directory replaces ``path`` in one atomic exchange; see the module
+    docstring.  Raises :class:`~joinstate.errors.CheckpointNotFoundError` (no such
+    checkpoint; the message lists those there) or
+    :class:`~joinstate.errors.CheckpointCorruptedError` (a damaged manifest or file),
+    and in both cases ``path`` is left as it was.
     """
     loc = Location.of(uri, filesystem)
     target = Path(path).absolute()
@@ -704,33 +880,90 @@ def restore(uri: str, path: str | Path, *, checkpoint: str | None = None,
         doc = _read_manifest(loc, str(checkpoint))
     info = _info(doc, loc.uri)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _clean_leftovers(target)
-    tmp = target.parent / f".{target.name}.restore-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        reused = set()
-        if replace and target.is_dir():
-            reused = {f.name for f in info.files if _reuse(target / f.name, f, tmp / f.name)}
-        todo = [f for f in info.files if f.name not in reused]
-        with _fs_errors(loc, f"download {len(todo)} checkpoint file(s)"):
-            _parallel([functools.partial(_get_file, loc, info.id, f, tmp / f.name)
-                       for f in todo])
-        (tmp / LOCAL_DIR).mkdir()
-        checksums = _Checksums(tmp / LOCAL_DIR)
-        for f in info.files:
-            checksums.remember(tmp / f.name, f.checksum)
-        checksums.save(f.name for f in info.files)
-        _write_marker(tmp, info.id, loc, info.sequence)
-        if target.exists():
-            old = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
-            os.rename(target, old)
-            os.rename(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    what = f"restore checkpoint {info.id} of {loc.uri} over it (nothing was changed)"
+    with hold_directory(target, what) as locks:
+        _check_target(target, replace)  # as it is now that no writer can change it
+        _clean_leftovers(target)
+        tmp = target.parent / f".{target.name}.restore-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            # The new directory's LOCK is held too, so that once it is in place no
+            # other process opens it before this restore has finished.
+            locks.append(lock_file(tmp / "LOCK", tmp, what))
+            todo = _fill(loc, info, target if replace else None, tmp)
+            _publish(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dataclasses.replace(
         info, transferred=tuple(f.name for f in todo),
         transferred_bytes=sum(f.size for f in todo), seconds=time.perf_counter() - t0)
+
+
+def _fill(loc: Location, info: CheckpointInfo, old: Path | None, tmp: Path
+          ) -> list[CheckpointFile]:
+    """Put every file of ``info`` into ``tmp``, checked; returns those downloaded.
+
+    Files ``old`` (the store being replaced) holds with the recorded size and checksum
+    are linked instead of downloaded.  Then the checksum cache and the marker.
+    """
+    reused = set()
+    if old is not None and old.is_dir():
+        reused = {f.name for f in info.files if _reuse(old / f.name, f, tmp / f.name)}
+    todo = [f for f in info.files if f.name not in reused]
+    try:
+        with _fs_errors(loc, f"download {len(todo)} checkpoint file(s)"):
+            _parallel([functools.partial(_get_file, loc, f, tmp / f.name) for f in todo])
+    except _Damaged as exc:
+        raise _damaged_error(loc, info.id, exc) from None
+    (tmp / LOCAL_DIR).mkdir()
+    checksums = _Checksums(tmp / LOCAL_DIR)
+    for f in info.files:
+        checksums.remember(tmp / f.name, f.checksum)
+    checksums.save(f.name for f in info.files)
+    _write_marker(tmp, info.id, loc, info.sequence)
+    return todo
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Move the complete directory ``tmp`` to ``target`` in one step.
+
+    An existing ``target`` is exchanged with ``tmp`` atomically (Linux ``renameat2``
+    with ``RENAME_EXCHANGE``): at every instant ``target`` is either the old store or
+    the new one, never missing, so a crash here cannot leave a path that opens as a new
+    empty store.  Where the exchange is unavailable, two renames (a crash between them
+    leaves ``target`` missing and both directories beside it).
+    """
+    if not target.exists():
+        os.rename(tmp, target)
+        return
+    if _exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old store
+        return
+    old = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
+    os.rename(target, old)
+    os.rename(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (False where the system cannot)."""
+    renameat2 = getattr(_libc(), "renameat2", None) if sys.platform == "linux" else None
+    if renameat2 is None:
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False  # a filesystem or kernel without RENAME_EXCHANGE
+    raise OSError(err, f"exchange {a} and {b}: {os.strerror(err)}")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)

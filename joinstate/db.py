@@ -30,6 +30,8 @@ same WriteBatch as the data they describe (:mod:`joinstate.names` lists every ke
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -37,6 +39,7 @@ import re
 import shutil
 import threading
 import uuid
+import weakref
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -54,10 +57,12 @@ from joinstate.errors import (
     StateReadOnlyError,
 )
 from joinstate.names import (
+    DROP_INTENT_PREFIX,
     INGEST_INTENT_PREFIX,
     LAYOUT_VERSION_KEY,
     META_CF,
     counter_key,
+    drop_intent_key,
     ingest_intent_key,
     is_keyed_cf,
     join_spec_key,
@@ -69,7 +74,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from types import TracebackType
 
-__all__ = ["LAYOUT_VERSION", "Database", "Record", "fill_records"]
+__all__ = ["LAYOUT_VERSION", "Database", "Record", "fill_records", "hold_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,14 @@ def fill_records(wb: rd.WriteBatch, meta: Any, records: Sequence[Record]) -> Non
             wb.put(key, raw, meta)
 
 
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
@@ -104,6 +117,85 @@ def _safe(name: str) -> str:
 def _looks_like_rocksdb(name: str) -> bool:
     return (name in _ROCKSDB_FILES or name.startswith(_ROCKSDB_PREFIXES)
             or name.endswith(_ROCKSDB_SUFFIXES))
+
+
+# ---- one writer per directory ----------------------------------------------------------
+#
+# RocksDB takes a POSIX record lock (fcntl F_SETLK) on <dir>/LOCK when it opens a database
+# for writing.  Such locks belong to the *process*: a second lock attempt from the same
+# process succeeds, and closing any descriptor of the file releases the process's lock.
+# So writers inside this process are tracked here, by resolved path, and a restore that
+# replaces a directory (which must keep every writer out without opening the database)
+# locks <dir>/LOCK itself only once no writer of this process has it.
+
+_HELD: dict[str, tuple[str, weakref.ref[Database] | None]] = {}
+"""Resolved directory -> who in this process holds it: ``"this process"`` and the store
+(an open read-write store; a weak reference, so a store dropped without ``close()``
+frees its entry when RocksDB lets its lock go) or ``"a restore in this process"``."""
+_HELD_GUARD = threading.Lock()
+
+
+def _held_key(path: Path) -> str:
+    return str(path.resolve())
+
+
+def _claim(path: Path, what: str, store: Database | None = None) -> str:
+    """Register ``path`` as held by ``store`` (None: a restore), or raise StateLockedError."""
+    key = _held_key(path)
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None and (held[1] is None or held[1]() is not None):
+            raise _rocks.locked_error(path, what, held[0])
+        _HELD[key] = (("this process", weakref.ref(store)) if store is not None
+                      else ("a restore in this process", None))
+    return key
+
+
+def _release(key: str, store: Database | None = None) -> None:
+    """End the hold of ``key`` by ``store`` (None: a restore's)."""
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None and (held[1]() if held[1] is not None else None) is store:
+            del _HELD[key]
+
+
+def lock_file(lock: Path, store: Path, what: str) -> int:
+    """Take RocksDB's lock on ``lock`` (created if missing) the way RocksDB does.
+
+    Returns the open descriptor: closing it releases the lock.  Raises
+    :class:`~joinstate.errors.StateLockedError` if another process holds it.
+    """
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            raise _rocks.locked_error(store, what, "another process") from exc
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def hold_directory(path: Path, what: str) -> Iterator[list[int]]:
+    """Be the one writer of store directory ``path`` without opening it (a restore).
+
+    Inside the block no store of this process opens ``path`` for writing, and, if it
+    holds a database, no other process can (its LOCK is held).  Raises
+    :class:`~joinstate.errors.StateLockedError` naming the holder if a writer has it.
+    The yielded list takes more lock descriptors to close at the end (a restore locks
+    the directory that replaces ``path`` too, so the lock survives the swap).
+    """
+    key = _claim(path, what)
+    fds: list[int] = []
+    try:
+        if (path / "CURRENT").exists() or (path / "LOCK").exists():
+            fds.append(lock_file(path / "LOCK", path, what))
+        yield fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+        _release(key)
 
 
 def _check_path(path: Path, read_only: bool) -> bool:
@@ -175,6 +267,16 @@ class Database:
         self._handles: dict[str, Any] = {}
         self._counters: dict[bytes, int] = {}
         self._db: Any = None
+        self._held: str | None = None
+        if not read_only:
+            self._held = _claim(self.path, "open the state store", self)
+        try:
+            self._open(read_only)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, read_only: bool) -> None:
         try:
             create = _check_path(self.path, read_only)
         except OSError as exc:
@@ -206,13 +308,10 @@ class Database:
                 str(self.path), self._db_options, column_families=column_families,
                 access_type=access,
             )
-        try:
-            self._check_layout_version(create)
-            if not read_only:
-                self._finish_ingests()
-        except BaseException:
-            self.close()
-            raise
+        self._check_layout_version(create)
+        if not read_only:
+            self._finish_ingests()
+            self._finish_drops()
 
     def _check_counts(self, existing: Sequence[str]) -> None:
         """Refuse a store whose files no longer hold what its metadata records.
@@ -293,6 +392,9 @@ class Database:
         """
         with self.lock:
             if self._db is None:
+                if self._held is not None:  # an open that failed
+                    _release(self._held, self)
+                    self._held = None
                 return
             self._detach()
             self._cfs.clear()
@@ -303,6 +405,10 @@ class Database:
             except Exception as exc:  # rocksdict raises bare Exceptions
                 log.warning("closing %s: %s", self.path,
                             _rocks.translate(exc, self.path, "close the state store"))
+            finally:
+                if self._held is not None:
+                    _release(self._held, self)
+                    self._held = None
 
     def _detach(self) -> None:
         """Hook for subclasses: drop what is bound to the open database."""
@@ -502,6 +608,46 @@ class Database:
         if leftovers.exists() and not self.meta_keys(INGEST_INTENT_PREFIX):
             shutil.rmtree(leftovers, ignore_errors=True)
 
+    def drop_durably(self, cfs: Sequence[str], records: Sequence[Record]) -> None:
+        """Drop column families and write ``records``, crash-safely.
+
+        RocksDB drops one family at a time and cannot drop and write a batch atomically,
+        so the records (a catalog entry and counters deleted, say) are written in one
+        batch with an intent naming the families; then the families go, with their
+        derived files, and the intent is removed.  A store opened after a crash in
+        between finishes the drop before anything can use the families, so the catalog
+        and counters never describe families that are gone, nor do families outlive
+        their catalog entry (a new definition of the same name would find old rows).
+        """
+        self.require_writable("drop column families")
+        intent = uuid.uuid4().hex
+        doc = {"families": list(cfs)}
+        wb = rd.WriteBatch(raw_mode=True)
+        fill_records(wb, self.handle(META_CF),
+                     [*records, (drop_intent_key(intent), json.dumps(doc).encode())])
+        self.write(wb, durable=True)
+        self._complete_drop(intent, doc)
+
+    def _complete_drop(self, intent: str, doc: dict[str, Any]) -> None:
+        families = [str(cf) for cf in doc["families"]]
+        self.drop_column_families(families)
+        self.forget_counters(families)
+        self.drop_derived(families)
+        wb = rd.WriteBatch(raw_mode=True)
+        fill_records(wb, self.handle(META_CF), [(drop_intent_key(intent), None)])
+        self.write(wb, durable=True)
+
+    def _finish_drops(self) -> None:
+        """Complete drops a crash interrupted (see :meth:`drop_durably`)."""
+        for key in self.meta_keys(DROP_INTENT_PREFIX):
+            raw = self.meta_get(key)
+            if raw is None:
+                continue
+            intent = key[len(DROP_INTENT_PREFIX):].decode()
+            log.warning("%s: completing a drop of column families interrupted by a crash "
+                        "(%s)", self.path, intent)
+            self._complete_drop(intent, json.loads(raw))
+
     def meta_put(self, key: bytes, value: bytes) -> None:
         """Write one ``__meta__`` entry (catalog, phase, layout version)."""
         self.require_writable(f"write metadata {key!r}")
@@ -605,6 +751,25 @@ class Database:
         np.savez(tmp, **payload)
         os.replace(tmp, target)
 
+    def drop_derived(self, cfs: Sequence[str]) -> None:
+        """Delete the derived files kept for column families ``cfs`` (they were dropped).
+
+        A family created again under the same name must not find them: a file's stamp
+        (counters) could match the new family's by chance.  Derived files are named
+        ``<kind>-<family>``; a file of another family whose name ends the same way may go
+        too, which costs only its rebuild.
+        """
+        for f in self.derived_files(cfs):
+            f.unlink(missing_ok=True)
+
+    def derived_files(self, cfs: Sequence[str]) -> list[Path]:
+        """The derived files kept beside the store for column families ``cfs``."""
+        folder = self.path / _DERIVED
+        if not cfs or not folder.is_dir():
+            return []
+        ends = tuple(f"-{_safe(cf)}.npz" for cf in cfs)
+        return sorted(f for f in folder.iterdir() if f.name.endswith(ends))
+
     def load_arrays(self, name: str, stamp: Sequence[int]) -> dict[str, np.ndarray] | None:
         """The arrays saved under ``name`` for exactly ``stamp``, else None."""
         target = self.path / _DERIVED / f"{_safe(name)}.npz"
@@ -620,6 +785,68 @@ class Database:
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
             log.warning("ignoring unreadable %s: %s", target, exc)
             return None
+
+    def discard_derived(self) -> None:
+        """Delete every file of derived state kept beside the database.
+
+        After the stored state was changed behind the in-memory structures' back (an
+        undo applied, :mod:`joinstate.transaction`), a saved file could carry the stamp
+        of a state the store reaches again with other contents; dropping them all only
+        costs a rebuild.
+        """
+        shutil.rmtree(self.path / _DERIVED, ignore_errors=True)
+
+    # ---- undo capture (see joinstate.transaction) --------------------------------------
+
+    undo_capture: tuple[bytes, bytes] | None = None
+    """``(key prefix, note)`` while :meth:`capturing_undo` is in force, else None."""
+
+    @contextlib.contextmanager
+    def capturing_undo(self, prefix: bytes, note: bytes = b"") -> Iterator[None]:
+        """Every transaction committed inside the block also records its undo.
+
+        The record goes under ``prefix`` + an 8-byte sequence in ``__meta__``, in the
+        transaction's own WriteBatch (:class:`joinstate.transaction.Transaction`);
+        ``note`` is kept in it for the caller (e.g. a digest of the operation).  For
+        drivers whose transactions are created by a join or pipeline on their behalf.
+        """
+        before = self.undo_capture
+        self.undo_capture = (prefix, note)
+        try:
+            yield
+        finally:
+            self.undo_capture = before
+
+    def meta_items(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every ``__meta__`` key starting with ``prefix`` and its value, in key order.
+
+        One bounded iterator (unlike :meth:`meta_keys`, it does not walk the family).
+        """
+        ro = rd.ReadOptions()
+        ro.set_total_order_seek(True)
+        upper = _prefix_end(prefix)
+        if upper is not None:
+            ro.set_iterate_upper_bound(upper)
+        out: list[tuple[bytes, bytes]] = []
+        with _rocks.rocks_errors(self.path, "read metadata"):
+            it = self.cf(META_CF).iter(ro)
+            try:
+                it.seek(prefix)
+                while it.valid():
+                    key = it.key()
+                    if not key.startswith(prefix):
+                        break
+                    out.append((key, it.value()))
+                    it.next()
+                it.status()
+            finally:
+                del it
+        return out
+
+    def latest_sequence(self) -> int:
+        """RocksDB's sequence number of the last write (grows with every write)."""
+        with _rocks.rocks_errors(self.path, "read the sequence number"):
+            return int(self._require_open().latest_sequence_number())
 
     # ---- RocksDB facts ----------------------------------------------------------------
 

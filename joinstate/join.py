@@ -396,6 +396,20 @@ class Join:
         with store.lock:
             store.meta_put(phase_key(self.name), phase.encode())
 
+    def go_live(self) -> None:
+        """End population: the phase becomes ``live`` and both progress markers go.
+
+        One write, so a crash leaves either the interrupted population with its markers
+        or a live join with none left over.
+        """
+        store = self._require_store()
+        with store.lock:
+            txn = Transaction(store)
+            for side in ("left", "right"):
+                txn.record(progress_key(self.name, side), None)
+            txn.record(phase_key(self.name), b"live")
+            txn.commit()
+
     def rows(self, side: SideName) -> int:
         """Total multiplicity stored on ``side`` (NULL-key rows included); O(1)."""
         self._require_store()

@@ -20,6 +20,16 @@ Column families of one group-by aggregation ``<base>`` (:mod:`joinstate.aggregat
 
 * ``agg[<base>]``         one entry per group: its key values and aggregate state
 * ``agg[<base>].minmax``  the multiset of (group, value) -> count behind min/max
+
+The family of one pipeline source's row record (:mod:`joinstate._source_rows`):
+
+* ``rows[<pipeline>~<source>]``  the 128-bit hashes of every row the source holds, one
+  value per (hash bucket, push), which lets the source refuse a retraction of a row
+  it does not hold
+
+Every family of pipeline ``p`` starts with ``ix.p~``, ``agg[p~`` or ``rows[p~``
+(:func:`pipeline_column_families`); ``~`` is not allowed in names, so no other
+pipeline's or join's family does.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNTER_NAMES",
+    "DROP_INTENT_PREFIX",
     "INGEST_INTENT_PREFIX",
     "LAYOUT_VERSION_KEY",
     "META_CF",
@@ -46,14 +57,17 @@ __all__ = [
     "counter_key",
     "counter_prefix",
     "degree_cf",
+    "drop_intent_key",
     "index_cf",
     "ingest_intent_key",
+    "initial_outputs_key",
     "is_keyed_cf",
     "join_spec_key",
     "join_spec_prefix",
     "nulls_cf",
     "option_aliases",
     "phase_key",
+    "pipeline_column_families",
     "pipeline_owner",
     "pipeline_spec_key",
     "planner_history_key",
@@ -61,7 +75,10 @@ __all__ = [
     "progress_key",
     "progress_prefix",
     "source_of_join_side",
+    "source_rows_cf",
+    "source_rows_of",
     "validate_name",
+    "view_sql_key",
 ]
 
 META_CF = "__meta__"
@@ -73,6 +90,7 @@ COUNTER_NAMES = ("rows", "entries", "seq", "keys")
 """Counters kept per column family: total weight, stored entries, batch sequence, keys."""
 
 _INDEX = "ix."
+_ROWS = "rows["
 _NULLS = ".nulls"
 _DEGREE = ".deg"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}$")
@@ -121,6 +139,33 @@ def aggregate_values_cf(base: str) -> str:
     return aggregate_cf(base) + ".minmax"
 
 
+def source_rows_cf(pipeline: str, source: str) -> str:
+    """The family of the row record of ``source`` of pipeline ``pipeline``.
+
+    Not an index: its keys do not start with a key hash (no prefix extractor), and its
+    ``entries`` counter counts row hashes, not RocksDB keys.
+    """
+    return f"{_ROWS}{pipeline}~{source}]"
+
+
+def source_rows_of(cf: str) -> tuple[str, str] | None:
+    """``(pipeline, source)`` of a row-record family name, None for any other family."""
+    if not (cf.startswith(_ROWS) and cf.endswith("]") and "~" in cf):
+        return None
+    pipeline, _, source = cf[len(_ROWS):-1].partition("~")
+    return pipeline, source
+
+
+def pipeline_column_families(families: Sequence[str], pipeline: str) -> list[str]:
+    """Those of ``families`` (a store's column families) that hold pipeline ``pipeline``.
+
+    Indexes (with their ``.nulls``/``.deg`` families), aggregates (with ``.minmax``) and
+    source row records: what dropping the pipeline must drop.
+    """
+    prefixes = (f"{_INDEX}{pipeline}~", f"agg[{pipeline}~", f"{_ROWS}{pipeline}~")
+    return [cf for cf in families if cf.startswith(prefixes)]
+
+
 def is_keyed_cf(cf: str) -> bool:
     """Whether ``cf``'s keys start with the 8-byte key hash (prefix extractor applies)."""
     return cf.startswith(_INDEX) and not cf.endswith(_NULLS)
@@ -156,12 +201,30 @@ def pipeline_spec_key(pipeline: str) -> bytes:
     return b"pipeline\x00" + pipeline.encode()
 
 
+def view_sql_key(pipeline: str) -> bytes:
+    """The SQL a pipeline was compiled from (owned by the SQL compiler), as JSON.
+
+    Bookkeeping for messages: it quotes the stored view when other SQL is compiled under
+    the same name, and names the definition it was recorded with.
+    """
+    return b"sql\x00" + pipeline.encode()
+
+
 def pipeline_owner(pipeline: str) -> str:
     """The owner name of a pipeline's commit records and progress markers.
 
     ``~`` is not allowed in join names, so a pipeline never shares them with a join.
     """
     return f"pipeline~{pipeline}"
+
+
+def initial_outputs_key(pipeline: str) -> bytes:
+    """The change sets a new pipeline owes its outputs (a global aggregate's first row).
+
+    Written when the pipeline is created, returned with the first push that carries
+    rows, and deleted by it (see ``joinstate.Pipeline.push``).
+    """
+    return b"initial\x00" + pipeline.encode()
 
 
 def phase_key(join: str) -> bytes:
@@ -228,6 +291,15 @@ INGEST_INTENT_PREFIX = b"ingest\x00"
 def ingest_intent_key(intent: str) -> bytes:
     """The record of one SST ingestion in flight."""
     return INGEST_INTENT_PREFIX + intent.encode()
+
+
+DROP_INTENT_PREFIX = b"drop\x00"
+"""Prefix of the records of column-family drops in flight (``Database.drop_durably``)."""
+
+
+def drop_intent_key(intent: str) -> bytes:
+    """The record of one drop of column families in flight."""
+    return DROP_INTENT_PREFIX + intent.encode()
 
 
 def counter_prefix(cf: str) -> bytes:

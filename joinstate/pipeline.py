@@ -67,6 +67,7 @@ from joinstate._graph import (
 )
 from joinstate._index import Index
 from joinstate._probe import Entries
+from joinstate._source_rows import SourceRows, check_record
 from joinstate._zset import checked_mul, consolidate, expand, group_keys, sum_by
 from joinstate.aggregate import AggSpec, GroupState
 from joinstate.codec import RowCodec
@@ -74,18 +75,23 @@ from joinstate.errors import (
     CommitConflictError,
     ExpressionError,
     JoinSpecMismatchError,
+    OverRetractionError,
     SchemaMismatchError,
     StateClosedError,
+    StateCorruptedError,
 )
 from joinstate.join import output_schema
 from joinstate.keys import KeyCodec, KeyColumn, hash_prefix, key_plan, row_hash
 from joinstate.names import (
     commit_key,
     index_cf,
+    initial_outputs_key,
     phase_key,
     pipeline_owner,
     pipeline_spec_key,
     progress_key,
+    source_rows_cf,
+    source_rows_of,
     validate_name,
 )
 from joinstate.schema import WEIGHT, check_storable, conform_delta
@@ -103,7 +109,11 @@ __all__ = ["GroupedStream", "IndexPlan", "Pipeline", "Stream"]
 
 log = logging.getLogger(__name__)
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2
+"""2: sources keep row records and check retractions (``retractions`` in each source's
+spec), and a global aggregate has its row from the start; a version 1 pipeline has
+neither, so it is refused rather than taken for one."""
+RETRACTIONS = ("checked", "unchecked")
 AGG_FUNCTIONS = ("sum", "count", "min", "max")
 _COMMIT_FORMAT = b"JSP1"  # pipeline commit record: tag, 16-byte digest, JSON header, IPC
 
@@ -284,7 +294,11 @@ class GroupedStream:
         ``min``, ``max``.  The output has the group keys, then the aggregates.  SQL
         semantics: NULLs are skipped and an all-NULL group sums to NULL; sum of integers
         is int64 (overflow raises), of decimal128(p, s) decimal128(38, s) exactly, of
-        floats float64.  A group is present while it has rows.
+        floats float64.  A group is present while it has rows.  Without group keys
+        (``group_by([])``, SQL's aggregate without GROUP BY) the one row is always
+        there: over no rows, counts are 0 and the other aggregates NULL, from the
+        pipeline's creation on (see :meth:`Pipeline.push` for when its first change
+        set is returned).
         """
         src = self.stream.schema
         out_fields = [src.field(k) for k in self.keys]
@@ -657,6 +671,13 @@ class Pipeline:
         self._consumers: dict[int, list[Node]] = {}
         self._produced: dict[int, int] = {}
         self._materialized: dict[str, _Materialized] = {}
+        # Per checked source: its row record, or None where an index holding every
+        # column decides (self._covering names that index).
+        self._records: dict[int, SourceRows | None] = {}
+        self._covering: dict[int, IndexPlan] = {}
+        # Change sets the pipeline owes its outputs since it was created (a global
+        # aggregate's first row), returned with the first push that carries rows.
+        self._initial: dict[str, pa.Table] | None = None
 
     # ---- building ---------------------------------------------------------------------
 
@@ -672,14 +693,28 @@ class Pipeline:
         return Stream(self, node)
 
     def source(
-        self, name: str, schema: pa.Schema, *, unique_key: Sequence[str] | str | None = None
+        self, name: str, schema: pa.Schema, *, unique_key: Sequence[str] | str | None = None,
+        retractions: str = "checked",
     ) -> Stream:
         """A named input: change sets of ``schema``'s columns are pushed to it.
 
         ``unique_key``: a promise that no two rows share these columns' values; it lets
         the indexes of this source use a keyed layout (see :class:`joinstate.Side`).
+
+        ``retractions``: ``"checked"`` (the default) refuses a push that retracts a row
+        the source does not hold (equal in every column), or more copies than it holds,
+        with :class:`~joinstate.errors.OverRetractionError` before anything is written.
+        An index of the source holding every column decides it; otherwise the source
+        keeps a row record (16 bytes per row; see :mod:`joinstate._source_rows`).
+        ``"unchecked"`` skips the record, for a trusted upstream that never retracts a
+        row it did not insert (a CDC log keyed by primary key): a bad retraction is then
+        caught only where an index holds the rows, and otherwise gives wrong answers.
         """
         validate_name("source", name)
+        if retractions not in RETRACTIONS:
+            raise SchemaMismatchError(
+                f"source {name!r}: retractions={retractions!r} must be 'checked' (the "
+                "default) or 'unchecked' (no check, for trusted upstreams)")
         if name in self._sources:
             raise SchemaMismatchError(f"pipeline {self.name!r} already has a source {name!r}")
         uk: tuple[str, ...] | None = None
@@ -687,7 +722,8 @@ class Pipeline:
             uk = (unique_key,) if isinstance(unique_key, str) else tuple(unique_key)
         Side(schema, [schema.names[0]] if len(schema) else ["?"], uk)  # validates both
         check_storable(schema, f"source {name!r}")
-        stream = self.add(SourceNode(0, (), schema, name=name, unique_key=uk))
+        stream = self.add(SourceNode(0, (), schema, name=name, unique_key=uk,
+                                     retractions=retractions))
         self._sources[name] = cast("SourceNode", stream.node)
         return stream
 
@@ -843,6 +879,7 @@ class Pipeline:
                 out += ip.index.column_families()
         for g in self._groups.values():
             out += g.column_families()
+        out += [r.cf for r in self._records.values() if r is not None]
         return tuple(out)
 
     def explain(self) -> str:
@@ -864,6 +901,16 @@ class Pipeline:
         for nid, g in self._groups.items():
             lines.append(f"  aggregate {self._nodes[nid].label}: families "
                          f"{list(g.column_families())}")
+        for src in self._sources.values():
+            rec = self._records.get(src.id)
+            if src.id in self._covering:
+                how = (f"checked by its index {self._covering[src.id].index_name} "
+                       "(every column)")
+            elif rec is not None:
+                how = f"checked by its row record {rec.cf} (128-bit row hashes)"
+            else:
+                how = "not checked (retractions='unchecked')"
+            lines.append(f"  source {src.name}: retractions {how}")
         return "\n".join(lines)
 
     def probed_indexes(self, name: str) -> list[IndexInfo]:
@@ -905,6 +952,22 @@ class Pipeline:
         store = self._require_store()
         with store.lock:
             store.meta_put(phase_key(pipeline_owner(self.name)), phase.encode())
+
+    def go_live(self) -> None:
+        """End population: the phase becomes ``live`` and every progress marker goes.
+
+        One write, so a crash leaves either the interrupted population with its markers
+        (a resume loads only what is missing) or a live pipeline, never a population
+        without markers that a resume would load again from the start.
+        """
+        store = self._require_store()
+        owner = pipeline_owner(self.name)
+        with store.lock:
+            txn = Transaction(store)
+            for s in self._sources:
+                txn.record(progress_key(owner, s), None)
+            txn.record(phase_key(owner), b"live")
+            txn.commit()
 
     def operator_rows(self) -> dict[str, int]:
         """Rows of change each operator produced since this object was created, by label.
@@ -953,17 +1016,60 @@ class Pipeline:
                         f"pipeline {self.name!r} does not exist in {store.path} (opened "
                         "read-only)"
                     )
+            elif json.loads(raw).get("version") != SPEC_VERSION:
+                raise JoinSpecMismatchError(
+                    f"pipeline {self.name!r} in {store.path} was created by an older joinstate "
+                    f"(definition version {json.loads(raw).get('version')}, this one reads "
+                    f"{SPEC_VERSION}): its sources keep no record of their rows and its "
+                    "global aggregates lack their first row; drop the pipeline's state and "
+                    "populate it again"
+                )
             elif json.loads(raw) != spec:
                 raise JoinSpecMismatchError(
                     f"pipeline {self.name!r} already exists in {store.path} with a different "
                     f"definition ({_spec_diff(json.loads(raw), spec)}); use a new pipeline "
                     "name or drop the old state"
                 )
-            store.register(self)
             self._open_state(store)
             if raw is None:
-                store.meta_put(key, json.dumps(spec, sort_keys=True).encode())
+                self._create(store, key, spec)
+            else:
+                owed = store.meta_get(initial_outputs_key(self.name))
+                self._initial = None if owed is None else _unpack(owed)
+            # Registered once its state exists (another object holding the name is refused
+            # here, before this one wrote anything): a definition refused while it is
+            # created (an expression failing on a global aggregate's first row) leaves no
+            # object holding the name.
+            store.register(self)
             self._compiled = True
+
+    def _create(self, store: StateStore, key: bytes, spec: dict[str, Any]) -> None:
+        """Record the definition, in one transaction with the state it starts with.
+
+        A pipeline starts from empty sources, where every aggregate without group keys
+        already has its row (count 0, the other aggregates NULL), as in SQL.  That row
+        flows through the operators after it (their state takes it now, so a
+        materialized output shows it before any push) and the change sets it makes are
+        kept in ``__meta__``, owed to the outputs: :meth:`push` returns them with the
+        first change set that carries rows.
+        """
+        txn = Transaction(store)
+        seeds: dict[int, Delta] = {}
+        for node in self._nodes:
+            if isinstance(node, AggNode) and not node.keys and node.id in self._cols:
+                row = self._groups[node.id].empty_row().select(self._cols[node.id])
+                seeds[node.id] = (_as_schema(row, self._rt[node.id]), np.ones(1, np.int64))
+        owed: dict[str, pa.Table] = {}
+        if seeds:
+            blame = ("the row a global aggregate has over no input (counts 0, the other "
+                     "aggregates NULL), which the pipeline emits when it is created")
+            outs = self._run(None, seeds, txn, blame)
+            owed = {n: t for n, t in outs.items() if t.num_rows}
+        if owed:
+            txn.record(initial_outputs_key(self.name), _pack(owed))
+        txn.record(key, json.dumps(spec, sort_keys=True).encode())
+        txn.commit()
+        self._initial = owed or None
 
     def _spec(self) -> dict[str, Any]:
         return {
@@ -1113,6 +1219,19 @@ class Pipeline:
             for name in ip.index.column_families():
                 store.cf(name)
             ip.index.restore_cache()
+        for src in self._sources.values():
+            if src.retractions == "unchecked":
+                continue
+            covering = next((ip for ip in self._indexes if ip.base is src
+                             and ip.predicate is None and not ip.guards
+                             and set(src.schema.names) <= ip.columns), None)
+            if covering is not None:
+                self._covering[src.id] = covering
+                self._records[src.id] = None
+            else:
+                self._records[src.id] = SourceRows(
+                    store, source_rows_cf(self.name, src.name), self.name, src.name,
+                    src.schema)
         for node in self._nodes:
             if isinstance(node, AggNode) and node.id in self._cols:
                 src = node.inputs[0].schema
@@ -1194,6 +1313,16 @@ class Pipeline:
         ``progress`` is a driver's marker for this source, committed with the push;
         ``before_commit`` receives the outputs after validation, before anything is
         written (if it raises, nothing is written).
+
+        A source refuses a retraction of a row it does not hold (see :meth:`source`).
+
+        The Z-set contract: the sum of every output change set ever returned equals the
+        output applied to the sum of every change set pushed.  A pipeline starts from
+        empty sources, where an aggregate without group keys already has its row (count
+        0, the other aggregates NULL): the change sets that row makes are returned with
+        the first push whose change set has a row of non-zero weight (whatever source it
+        goes to), consolidated with that push's own.  A push before it with no such row
+        returns empty change sets, as any push without one does.
         """
         store = self._require_store()
         src = self._source(source)
@@ -1210,8 +1339,16 @@ class Pipeline:
                     return self._replay(commit_id or "", recorded, digest)
             store.require_writable(f"push to source {source!r} of pipeline {self.name!r}")
             txn = Transaction(store)
-            outs = self._run(src, table.select(self._cols.get(src.id, [])) if src.id in
-                             self._cols else None, w, txn)
+            record = self._records.get(src.id)
+            if record is not None:
+                record.stage(table, w, txn, functools.partial(_row_text, table))
+            seeds = ({src.id: (table.select(self._cols[src.id]), w)}
+                     if src.id in self._cols and len(w) else {})
+            outs = self._run(src, seeds, txn, f"this push to {source!r}")
+            if self._initial is not None and w.any():
+                outs = self._with_initial(outs, self._initial)
+                txn.record(initial_outputs_key(self.name), None)
+                txn.after_commit(functools.partial(setattr, self, "_initial", None))
             if ckey is not None:
                 txn.record(ckey, _COMMIT_FORMAT + digest + _pack(outs))
             if progress is not None:
@@ -1250,38 +1387,51 @@ class Pipeline:
             )
         return _unpack(recorded[n + 16:])
 
-    def _run(self, src: SourceNode, table: pa.Table | None, w: np.ndarray,
-             txn: Transaction) -> dict[str, pa.Table]:
-        deltas: dict[int, Delta] = {}
-        if table is not None and len(w):
-            deltas[src.id] = (table, w)
+    def _run(self, src: SourceNode | None, seeds: dict[int, Delta], txn: Transaction,
+             blame: str) -> dict[str, pa.Table]:
+        """Propagate change sets given at some nodes (``seeds``) through the graph.
+
+        ``src``: the source pushed to (its seed is its change set), or None when the
+        pipeline is created (the seeds are the global aggregates' first rows).
+        ``blame`` names what was pushed in expression errors.
+        """
+        deltas: dict[int, Delta] = {nid: d for nid, d in seeds.items() if len(d[1])}
         self._push_masks.clear()
-        reach = self._reachable(src)
+        reach: set[int] = set()
+        for nid in deltas:
+            reach |= self._reachable(self._nodes[nid])
         # The source's own indexes first: a change the source cannot take (retracting a
         # row it does not hold, a second row for a unique key) is refused there, naming
         # the source, before any operator computes from it.
         staged: set[int] = set()
-        for ip in self._indexes:
-            if ip.base.id == src.id and src.id in deltas:
-                with self._expression_errors(f"the filter of index {ip.index_name}", src):
-                    self._stage_index(ip, deltas[src.id], txn)
+        covering = self._covering.get(src.id) if src is not None else None
+        for ip in sorted(self._indexes, key=lambda ip: ip is not covering):
+            if src is not None and ip.base.id == src.id and src.id in deltas:
+                with self._expression_errors(f"the filter of index {ip.index_name}", blame):
+                    self._stage_source_index(src, ip, deltas[src.id], txn)
                 staged.add(id(ip))
         for node in self._nodes:
-            if node.id not in reach or node.id == src.id or node.id not in self._cols:
+            if node.id not in reach or node.id not in self._cols or isinstance(node, SourceNode):
                 continue
             ins = [deltas.get(i.id) for i in node.inputs]
-            if all(d is None for d in ins):
-                continue
-            with self._expression_errors(f"operator {node.label} {node.params()}", src):
-                out = self._compute(node, ins, txn)
+            out: Delta | None = None
+            if any(d is not None for d in ins):
+                with self._expression_errors(f"operator {node.label} {node.params()}", blame):
+                    out = self._compute(node, ins, txn)
+                if out is not None and len(out[1]):
+                    produced = int(np.abs(out[1]).sum())
+                    txn.after_commit(functools.partial(self._count, node.id, produced))
+            seed = deltas.get(node.id)
+            if seed is not None and out is not None and len(out[1]):
+                out = (pa.concat_tables([seed[0], out[0]]), np.concatenate([seed[1], out[1]]))
+            elif seed is not None:
+                out = seed
             if out is not None and len(out[1]):
                 deltas[node.id] = out
-                produced = int(np.abs(out[1]).sum())
-                txn.after_commit(functools.partial(self._count, node.id, produced))
         for ip in self._indexes:
             d = deltas.get(ip.base.id)
             if d is not None and id(ip) not in staged:
-                with self._expression_errors(f"the filter of index {ip.index_name}", src):
+                with self._expression_errors(f"the filter of index {ip.index_name}", blame):
                     self._stage_index(ip, d, txn)
         self._push_masks.clear()  # holds this push's deltas: not kept past it
         outs: dict[str, pa.Table] = {}
@@ -1291,15 +1441,47 @@ class Pipeline:
         return outs
 
     @contextlib.contextmanager
-    def _expression_errors(self, what: str, src: SourceNode) -> Iterator[None]:
+    def _expression_errors(self, what: str, blame: str) -> Iterator[None]:
         """Arrow's errors from evaluating an expression on pushed rows, named."""
         try:
             yield
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise ExpressionError(
-                f"pipeline {self.name!r}, {what}: an expression failed on the rows of this "
-                f"push to {src.name!r}: {exc}; nothing was applied (widen the types or guard "
-                "the expression, e.g. with if_else / CASE)") from exc
+                f"pipeline {self.name!r}, {what}: an expression failed on the rows of "
+                f"{blame}: {exc}; nothing was applied (widen the types or guard the "
+                "expression, e.g. with if_else / CASE)") from exc
+
+    def _stage_source_index(self, src: SourceNode, ip: IndexPlan, d: Delta,
+                            txn: Transaction) -> None:
+        """Stage a source's change into one of its indexes.
+
+        The index that holds every column of every row (:attr:`_covering`) is what
+        checks the source's retractions: its refusal names the source.
+        """
+        if self._covering.get(src.id) is not ip:
+            self._stage_index(ip, d, txn)
+            return
+        try:
+            self._stage_index(ip, d, txn)
+        except OverRetractionError as exc:
+            raise OverRetractionError(
+                f"pipeline {self.name!r}, source {src.name!r} (checked by its index "
+                f"{ip.index_name}, which holds every column of every row): {exc}") from exc
+
+    def _with_initial(self, outs: dict[str, pa.Table], owed: dict[str, pa.Table]
+                      ) -> dict[str, pa.Table]:
+        """``outs`` plus the change sets owed since creation, consolidated per output."""
+        merged = {}
+        for name, table in outs.items():
+            extra = owed.get(name)
+            if extra is None or not extra.num_rows:
+                merged[name] = table
+                continue
+            both = pa.concat_tables([extra.cast(table.schema), table])
+            w = both.column(WEIGHT).to_numpy()
+            merged[name] = self._consolidated(self._outputs[name],
+                                              (both.drop_columns([WEIGHT]), w))
+        return merged
 
     def _stage_index(self, ip: IndexPlan, d: Delta, txn: Transaction) -> None:
         idx = ip.index
@@ -1603,7 +1785,9 @@ class Pipeline:
             if expr is not None:
                 exprs.append(expr)
                 names.append(f"__arg{i}")
-        args = evaluate(table, exprs, names)
+        # count(*) alone without group keys reads no column: the rows still count (a
+        # table of no columns would have none).
+        args = evaluate(table, exprs, names) if exprs else table
         out, wo = self._groups[node.id].stage(args, w, txn)
         if not len(wo):
             return None
@@ -1624,9 +1808,11 @@ class Pipeline:
         Needs no Python definition (a tool inspecting a state directory has none):
         sources (name, unique key, columns), outputs, operators per kind, phase,
         population progress markers and recorded commit ids from ``__meta__``; per index
-        (``ix.<pipeline>~<stream>[<key>]`` with its ``.nulls`` family) and per aggregate
-        (``agg[<pipeline>~<operator>]`` with ``.minmax``) the row/entry counters,
-        bytes (SST files + memtables), L0 files and auto-compaction, from RocksDB.
+        (``ix.<pipeline>~<stream>[<key>]`` with its ``.nulls`` family), per aggregate
+        (``agg[<pipeline>~<operator>]`` with ``.minmax``) and per source row record
+        (``rows[<pipeline>~<source>]``: rows held, hash entries stored) the counters,
+        bytes (SST files + memtables), L0 files and auto-compaction, from RocksDB; per
+        source, what checks its retractions.
         Raises :class:`~joinstate.errors.JoinSpecMismatchError` if there is no such
         pipeline.
         """
@@ -1642,8 +1828,16 @@ class Pipeline:
             )
         spec = json.loads(raw)
         nodes = spec.get("nodes", [])
+        families = store.column_families()
+        records_of = {cf: found[1] for cf in families
+                      if (found := source_rows_of(cf)) is not None and found[0] == name}
+        recorded = set(records_of.values())
         sources = [{"name": n.get("name"), "unique_key": n.get("unique_key"),
-                    "columns": n.get("columns", [])} for n in nodes if n.get("kind") == "source"]
+                    "columns": n.get("columns", []), "retractions": n.get("retractions"),
+                    "checked_by": ("nothing (unchecked)" if n.get("retractions") == "unchecked"
+                                   else "its row record" if n.get("name") in recorded
+                                   else "its index holding every column")}
+                   for n in nodes if n.get("kind") == "source"]
         kinds: dict[str, int] = {}
         for n in nodes:
             kinds[n.get("kind", "?")] = kinds.get(n.get("kind", "?"), 0) + 1
@@ -1671,10 +1865,14 @@ class Pipeline:
                     if any(n is not None for n in l0) else None,
                     "auto_compaction": auto_compaction(props)}
 
-        families = store.column_families()
         ix_prefix, agg_prefix = f"ix.{name}~", f"agg[{name}~"
-        indexes, aggregates = [], []
+        indexes, aggregates, records = [], [], []
         for cf in families:
+            if cf in records_of:
+                records.append({"column_family": cf, "source": records_of[cf],
+                                "rows": store.counter(cf, "rows"),
+                                "entries": store.counter(cf, "entries"), **facts([cf])})
+                continue
             if cf.startswith(ix_prefix) and cf.endswith("]"):
                 label, key = cf[len(ix_prefix):-1].split("[", 1)
                 stream, _, reader = label.partition("~")
@@ -1695,9 +1893,23 @@ class Pipeline:
             "share_indexes": spec.get("share_indexes"), "sources": sources,
             "outputs": list(spec.get("outputs", {})),
             "materialized": list(spec.get("materialized", {})), "operators": kinds,
-            "indexes": indexes, "aggregates": aggregates, "population_progress": progress,
+            "indexes": indexes, "aggregates": aggregates, "row_records": records,
+            "population_progress": progress,
             "commit_ids": len(store.meta_keys(commit_prefix(owner))),
         }
+
+    @staticmethod
+    def verify_records(store: StateStore, name: str) -> dict[str, dict[str, int]]:
+        """Check every source row record of pipeline ``name`` from the store alone.
+
+        Needs no definition (``joinstate verify`` has none): each record's values must
+        parse, hold no row a negative number of times and agree with its counters.
+        Returns ``{column family: {"rows", "entries", "distinct"}}``; raises
+        :class:`~joinstate.errors.StateCorruptedError` otherwise.
+        """
+        with store.lock:
+            return {cf: check_record(store, cf) for cf in store.column_families()
+                    if (found := source_rows_of(cf)) is not None and found[0] == name}
 
     @staticmethod
     def summary_of(facts: dict[str, Any]) -> str:
@@ -1714,6 +1926,7 @@ class Pipeline:
             "  sources: " + ", ".join(
                 str(s["name"]) + (f" (unique {','.join(s['unique_key'])})"
                                   if s.get("unique_key") else "")
+                + (" (retractions unchecked)" if s.get("retractions") == "unchecked" else "")
                 for s in facts["sources"]),
             "  outputs: " + ", ".join(
                 o + (" (materialized)" if o in facts.get("materialized", []) else "")
@@ -1731,6 +1944,10 @@ class Pipeline:
             table.append([f"aggregate {agg['operator']}", f"{num(agg['groups'])} groups",
                           num(agg["groups"]), human_bytes(agg["bytes"]),
                           num(agg["l0_files"]), str(agg["auto_compaction"])])
+        for rec in facts.get("row_records", []):
+            table.append([f"row record {rec['source']}", num(rec["rows"]),
+                          num(rec["entries"]), human_bytes(rec["bytes"]),
+                          num(rec["l0_files"]), str(rec["auto_compaction"])])
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         left_aligned = {0, len(widths) - 1}
         lines += ["  " + "  ".join(c.ljust(w) if i in left_aligned else c.rjust(w)
@@ -1756,6 +1973,52 @@ class Pipeline:
         ``joinstate inspect`` prints per pipeline.
         """
         return Pipeline.summary_of(self.stats())
+
+    def verify(self) -> dict[str, Any]:
+        """Read the pipeline's state and check it against its counters.
+
+        Every index (rows and entries of both layouts, and the in-memory state that
+        decides writes without reading: entry maps, key sets), every source's row record
+        (values, a row never held a negative number of times, counters, the in-memory
+        multiset) and, where a source has both, that its record and an index holding all
+        of its rows agree on how many it holds.  Returns the counts per index and record;
+        raises :class:`~joinstate.errors.StateCorruptedError` at the first disagreement
+        (derived in-memory state is rebuilt first).
+        """
+        store = self._require_store()
+        self.compile()
+        out: dict[str, Any] = {"indexes": {}, "row_records": {}}
+        with store.lock:
+            for ip in self._indexes:
+                idx = ip.index
+                assert idx is not None
+                counted: dict[str, int] = {}
+                for layout, part in ((idx.layout, ""), (idx.nulls, "null_")):
+                    _, w, _ = layout.scan()
+                    got = {"rows": int(w.sum()) if len(w) else 0, "entries": len(w)}
+                    for what, n in got.items():
+                        counted[part + what] = n
+                        if n != store.counter(layout.cf, what):
+                            raise StateCorruptedError(
+                                f"pipeline {self.name!r}: {layout.cf} holds {n} {what} but "
+                                f"its counter says {store.counter(layout.cf, what)}; the "
+                                "state is inconsistent: restore it from a copy or repopulate")
+                    layout.check_derived()
+                out["indexes"][idx.cf] = counted
+            for sid, rec in self._records.items():
+                if rec is None:
+                    continue
+                facts = rec.verify()
+                out["row_records"][rec.cf] = facts
+                for ip in self._indexes:
+                    if ip.base.id == sid and ip.predicate is None and ip.index is not None \
+                            and ip.index.rows != facts["rows"]:
+                        raise StateCorruptedError(
+                            f"pipeline {self.name!r}: source {self._nodes[sid].label!r} holds "
+                            f"{facts['rows']} rows by its row record {rec.cf} but "
+                            f"{ip.index.rows} by its index {ip.index.cf}; the state is "
+                            "inconsistent: restore it from a copy or repopulate")
+        return out
 
 
 # ---- commit records ----------------------------------------------------------------------
@@ -1801,19 +2064,40 @@ def _unpack(raw: bytes) -> dict[str, pa.Table]:
 
 
 def _spec_diff(stored: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first difference of two definitions, field by field, without JSON punctuation."""
+
+    def text(key: str, v: Any) -> str:
+        if key == "aggs" and isinstance(v, list):  # [name, function, argument or None]
+            return ", ".join(f"{a[0]}={a[1]}({'*' if a[2] is None else a[2]})" for a in v)
+        return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+
     diffs = []
     if stored.get("share_indexes") != new.get("share_indexes"):
         diffs.append(f"share_indexes {stored.get('share_indexes')} -> {new.get('share_indexes')}")
     a, b = stored.get("nodes", []), new.get("nodes", [])
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
-            diffs.append(f"node {i} was {x.get('kind')} {x}, now {y.get('kind')} {y}")
+            if x.get("kind") != y.get("kind"):
+                diffs.append(f"operator {i} was {x.get('kind')}, now {y.get('kind')}")
+            else:
+                fields = "; ".join(f"{k} [{text(k, x.get(k))}] -> [{text(k, y.get(k))}]"
+                                   for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k))
+                diffs.append(f"operator {i} ({x.get('kind')}): {fields}")
             break
     if len(a) != len(b):
         diffs.append(f"{len(a)} operators before, {len(b)} now")
-    if stored.get("outputs") != new.get("outputs"):
-        diffs.append(f"outputs {stored.get('outputs')} -> {new.get('outputs')}")
+    names = sorted(stored.get("outputs") or {}), sorted(new.get("outputs") or {})
+    if names[0] != names[1]:
+        diffs.append(f"outputs [{text('', names[0])}] -> [{text('', names[1])}]")
+    elif stored.get("materialized") != new.get("materialized"):
+        diffs.append("a materialized output's order or limit")
     return "; ".join(diffs) or "definition differs"
+
+
+def _row_text(table: pa.Table, i: int) -> str:
+    """Row ``i`` of ``table`` as ``(column=value, ...)``, for messages."""
+    row = table.slice(i, 1).to_pylist()[0]
+    return "(" + ", ".join(f"{k}={v!r}" for k, v in row.items()) + ")"
 
 
 def _as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -28,6 +28,7 @@ __all__ = [
     "finer_unit",
     "is_safe_cast",
     "is_value_castable",
+    "weights_of",
 ]
 
 WEIGHT = "_weight"
@@ -162,10 +163,42 @@ def check_column_types(
                 f"cast safely to the declared {f.type}; cast it explicitly upstream"
             )
     w = given.get(WEIGHT)
-    if w is not None and (not pa.types.is_integer(w) or not is_safe_cast(w, pa.int64())):
+    if w is not None:
+        _check_weight_type(w, f"{side} side")
+
+
+_WEIGHT_MEANING = "+n inserts n copies of the row, -n deletes n copies"
+
+
+def _check_weight_type(t: pa.DataType, what: str) -> None:
+    if not pa.types.is_integer(t) or not is_safe_cast(t, pa.int64()):
         raise SchemaMismatchError(
-            f"{side} side: column {WEIGHT!r} must be int64 (or a narrower integer), got {w}"
+            f"{what}: column {WEIGHT!r} must be int64 (or an integer type that fits in it), "
+            f"got {t}; cast it to int64 upstream ({_WEIGHT_MEANING})"
         )
+
+
+def weights_of(table: pa.Table, what: str) -> np.ndarray:
+    """The ``_weight`` column of ``table`` as int64 (every row +1 without one), checked.
+
+    Raises :class:`SchemaMismatchError` naming the column, the fault and the remedy, for
+    a type that does not fit int64 (uint64, floats, strings: no value is guessed) or a
+    NULL weight (the first such row is named).  ``what`` starts the message (the side,
+    source or file the change set came from).
+    """
+    if WEIGHT not in table.column_names:
+        return np.ones(table.num_rows, dtype=np.int64)
+    col = table.column(WEIGHT)
+    _check_weight_type(col.type, what)
+    if col.null_count:
+        first = int(pc.index(pc.is_null(col), True).as_py())
+        raise SchemaMismatchError(
+            f"{what}: column {WEIGHT!r} has NULL weights ({col.null_count:,} row(s), the "
+            f"first at row {first:,}); every change needs a weight ({_WEIGHT_MEANING}): fill "
+            "them, or drop the column to insert every row once"
+        )
+    w = col.to_numpy() if col.type == pa.int64() else pc.cast(col, pa.int64()).to_numpy()
+    return np.ascontiguousarray(w, dtype=np.int64)
 
 
 def conform_delta(
@@ -205,11 +238,4 @@ def conform_delta(
             )
         columns.append(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
     table = pa.Table.from_arrays(columns, schema=schema)
-    if WEIGHT in names:
-        w = delta.column(WEIGHT)
-        if w.null_count:
-            raise SchemaMismatchError(f"{side} side: column {WEIGHT!r} has NULL weights")
-        weights = pc.cast(w, pa.int64()).to_numpy()
-    else:
-        weights = np.ones(table.num_rows, dtype=np.int64)
-    return table, np.ascontiguousarray(weights, dtype=np.int64)
+    return table, weights_of(delta, f"{side} side")

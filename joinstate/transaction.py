@@ -1,4 +1,4 @@
-"""A transaction: one atomic unit of work against a state store.
+r"""A transaction: one atomic unit of work against a state store.
 
 Everything one push changes — rows of every index it touches, counters, commit records —
 is staged here first and written by :meth:`Transaction.commit` as one RocksDB
@@ -14,19 +14,35 @@ both durable together (:meth:`joinstate.Database.ingest_durably` does), so that 
 never run ahead of, or behind, the data they count.
 
 Status machine: ``open`` -> ``committed`` | ``failed``.  A transaction is used once.
+
+**Undo capture** (opt-in: ``Transaction(store, undo=(prefix, note))``, or every
+transaction committed while :meth:`joinstate.db.Database.capturing_undo` is in force).
+The commit then reads, with one multi-get per column family (which releases the GIL),
+the current value of every key it is about to write — data, counters, ``__meta__``
+records — and puts them, as one *undo record*, into the same WriteBatch, under
+``__meta__`` key ``undo\x00<tag>\x00<8-byte sequence>``.  :func:`apply_undo` writes the
+prior values back (a key that was absent is deleted) for every record of a tag, newest
+first, and removes the records, all in one WriteBatch: the store then holds exactly the
+bytes it held before the tagged transactions.  :func:`drop_undo` forgets the records
+once what they undo is final.  A driver uses this to make a change spread over several
+stores all-or-nothing (:mod:`spark_io.operation`).  Undo is only for WriteBatch
+commits; a bulk sink is refused while capture is on.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
+import numpy as np
 import pyarrow as pa
 import rocksdict as rd
 
+from joinstate import _rocks
 from joinstate._bytes import Bytes
 from joinstate._zset import checked_int
 from joinstate.db import Record, fill_records
-from joinstate.errors import JoinStateError
+from joinstate.errors import JoinStateError, StateCorruptedError
 from joinstate.names import META_CF, counter_key
 
 if TYPE_CHECKING:
@@ -34,7 +50,17 @@ if TYPE_CHECKING:
 
     from joinstate.db import Database
 
-__all__ = ["BulkSink", "Record", "Transaction", "WriteBlock"]
+__all__ = [
+    "UNDO_PREFIX",
+    "BulkSink",
+    "Record",
+    "Transaction",
+    "WriteBlock",
+    "apply_undo",
+    "drop_undo",
+    "undo_prefix",
+    "undo_tags",
+]
 
 _BLOCK_ROWS = 4096
 
@@ -132,10 +158,13 @@ class Transaction:
     :meth:`put`, :meth:`delete`, :meth:`add` and :meth:`record`; then :meth:`commit`.
     """
 
-    __slots__ = ("_after", "_counters", "_records", "blocks", "read_state", "state", "store")
+    __slots__ = ("_after", "_counters", "_records", "blocks", "read_state", "state", "store",
+                 "undo")
 
-    def __init__(self, store: Database) -> None:
+    def __init__(self, store: Database, *, undo: tuple[bytes, bytes] | None = None) -> None:
         self.store = store
+        # (key prefix, note) of the undo record this commit writes (module docstring).
+        self.undo = undo if undo is not None else store.undo_capture
         self.blocks: list[WriteBlock] = []
         self._counters: dict[tuple[str, str], int] = {}
         self._records: list[Record] = []
@@ -211,6 +240,27 @@ class Transaction:
         fill_records(wb, store.handle(META_CF), records)
         return wb
 
+    def _undo_record(self, records: Sequence[Record], note: bytes) -> bytes:
+        """The prior value of every key this commit writes, as one undo record."""
+        store = self.store
+        by_cf: dict[str, list[bytes]] = {}
+        for block in self.blocks:
+            by_cf.setdefault(block.column_family, []).extend(block.keys)
+        by_cf.setdefault(META_CF, []).extend(k for k, _ in records)
+        families = sorted(f for f, ks in by_cf.items() if ks)
+        cf_ids: list[np.ndarray] = []
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        for i, family in enumerate(families):
+            wanted = by_cf[family]
+            got = _rocks.multi_get(store.cf(family), wanted, store.path,
+                                   f"read what {family!r} held (undo capture)")
+            cf_ids.append(np.full(len(wanted), i, dtype=np.int32))
+            keys.extend(wanted)
+            values.extend(got)
+        cf = np.concatenate(cf_ids) if cf_ids else np.zeros(0, dtype=np.int32)
+        return _undo_table(families, cf, keys, values, note)
+
     def commit(self, sink: BulkSink | None = None) -> None:
         """Write everything staged, atomically; publish the new counters on success.
 
@@ -232,9 +282,18 @@ class Transaction:
             ]
             records += self._records
             if sink is not None:
+                if self.undo is not None:
+                    msg = ("undo capture is on, but a bulk sink takes this transaction's "
+                           "writes: undo needs a WriteBatch; nothing was written")
+                    raise JoinStateError(msg)
                 sink(self.blocks, records)
             else:
-                store.write(self._write_batch(records))
+                wb = self._write_batch(records)
+                if self.undo is not None:
+                    prefix, note = self.undo
+                    key = prefix + (store.latest_sequence() + 1).to_bytes(8, "big")
+                    wb.put(key, self._undo_record(records, note), store.handle(META_CF))
+                store.write(wb)
         except BaseException:
             self.state = "failed"
             raise
@@ -243,3 +302,103 @@ class Transaction:
         for fn in self._after:
             fn()
 
+
+
+# ---- undo ------------------------------------------------------------------------------------
+
+UNDO_PREFIX = b"undo\x00"
+"""Prefix of every undo record in ``__meta__`` (see the module docstring)."""
+_UNDO_FORMAT = b"JSU1"
+
+
+def undo_prefix(tag: str) -> bytes:
+    """The key prefix of the undo records of ``tag`` (no NUL byte allowed in it)."""
+    if not tag or "\x00" in tag:
+        msg = f"undo tag {tag!r} must be a non-empty string without NUL bytes"
+        raise JoinStateError(msg)
+    return UNDO_PREFIX + tag.encode() + b"\x00"
+
+
+def _undo_table(families: list[str], cf: np.ndarray, keys: list[bytes],
+                values: list[bytes | None], note: bytes) -> bytes:
+    table = pa.table({"cf": pa.array(cf, pa.int32()),
+                      "key": pa.array(keys, pa.large_binary()),
+                      "value": pa.array(values, pa.large_binary())})
+    table = table.replace_schema_metadata({"families": json.dumps(families),
+                                           "note": note.hex()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return _UNDO_FORMAT + sink.getvalue().to_pybytes()
+
+
+def _read_undo(raw: bytes, where: str) -> tuple[pa.Table, list[str], bytes]:
+    if not raw.startswith(_UNDO_FORMAT):
+        msg = f"{where}: an undo record of an unknown format; nothing was changed"
+        raise StateCorruptedError(msg)
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(raw[len(_UNDO_FORMAT):])).read_all()
+        meta = table.schema.metadata or {}
+        families = json.loads(meta[b"families"])
+        note = bytes.fromhex(meta[b"note"].decode())
+    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
+        msg = f"{where}: an undo record is unreadable ({exc}); nothing was changed"
+        raise StateCorruptedError(msg) from exc
+    return table, families, note
+
+
+def _records_of(store: Database, tag: str) -> list[tuple[bytes, bytes]]:
+    return store.meta_items(undo_prefix(tag))
+
+
+def undo_tags(store: Database) -> dict[str, bytes]:
+    """The tags that have undo records in ``store``, each with its note."""
+    out: dict[str, bytes] = {}
+    for key, raw in store.meta_items(UNDO_PREFIX):
+        tag = key[len(UNDO_PREFIX):-9].decode()
+        if tag not in out:
+            out[tag] = _read_undo(raw, f"{store.path} undo record {tag!r}")[2]
+    return out
+
+
+def apply_undo(store: Database, tag: str) -> int:
+    """Restore what the transactions recorded under ``tag`` overwrote; drop the records.
+
+    Newest record first, all in one WriteBatch with the records' removal, so a crash
+    leaves either the undone store or the untouched one.  Cached counters are
+    forgotten and derived files deleted (:meth:`~joinstate.db.Database.discard_derived`);
+    nothing may be attached to the store (joins, pipelines hold in-memory state of
+    what is undone): apply it on a freshly opened store.  Returns the records applied.
+    """
+    store.require_writable(f"undo operation {tag!r}")
+    found = _records_of(store, tag)
+    if not found:
+        return 0
+    wb = rd.WriteBatch(raw_mode=True)
+    touched: set[str] = set()
+    for key, raw in reversed(found):
+        table, families, _ = _read_undo(raw, f"{store.path} undo record {tag!r}")
+        handles = [store.handle(f) for f in families]
+        touched.update(families)
+        for i, k, v in zip(table.column("cf").to_pylist(), table.column("key").to_pylist(),
+                           table.column("value").to_pylist(), strict=True):
+            if v is None:
+                wb.delete(k, handles[i])
+            else:
+                wb.put(k, v, handles[i])
+        wb.delete(key, store.handle(META_CF))
+    store.write(wb)
+    store.forget_counters(sorted(touched | set(store.column_families())))
+    store.discard_derived()
+    return len(found)
+
+
+def drop_undo(store: Database, tag: str) -> int:
+    """Forget the undo records of ``tag`` (what they undo is final); returns how many."""
+    store.require_writable(f"drop the undo records of {tag!r}")
+    found = _records_of(store, tag)
+    if found:
+        wb = rd.WriteBatch(raw_mode=True)
+        fill_records(wb, store.handle(META_CF), [(k, None) for k, _ in found])
+        store.write(wb)
+    return len(found)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from sqlglot import exp
 
-__all__ = ["SQLError", "UnsupportedSQLError", "quoting", "snippet"]
+__all__ = ["SQLError", "UnsupportedSQLError", "parse_error", "plain", "quoting", "snippet"]
 
 MAX_SNIPPET = 240
 
@@ -46,6 +46,8 @@ class UnsupportedSQLError(SQLError):
 _EXPLICIT_ALIASES: ContextVar[frozenset[str] | None] = ContextVar("explicit_aliases",
                                                                   default=None)
 _AUTO_ALIAS = re.compile(r"^_col_\d+$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NODE_CLASS = re.compile(r"<class 'sqlglot\.expressions\.(?:\w+\.)*(\w+)'>")
 
 
 @contextmanager
@@ -92,3 +94,34 @@ def snippet(node: exp.Expr | str, limit: int = MAX_SNIPPET) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"`{text}`"
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape codes (sqlglot underlines the token at fault)."""
+    return _ANSI.sub("", text)
+
+
+def parse_error(exc: Exception) -> str:
+    """What a sqlglot parse or tokenizer error says, as one plain line.
+
+    ``Expecting ) at line 1, column 14, at `FROM` in `SELECT (k FROM s``` -- the position
+    and the text around it, the token at fault named in words instead of underlined with
+    terminal codes, and sqlglot's node classes named as the SQL keyword
+    (``<class 'sqlglot.expressions.query.Where'>`` reads ``WHERE``).
+    """
+    errors = getattr(exc, "errors", None) or []
+    first = errors[0] if errors and isinstance(errors[0], dict) else None
+    if first is None:
+        text = plain(str(exc))
+    else:
+        what = str(first.get("description") or "syntax error")
+        context = " ".join(plain(f"{first.get('start_context', '')}{first.get('highlight', '')}"
+                                 f"{first.get('end_context', '')}").split())
+        token = " ".join(plain(str(first.get("highlight") or "")).split())
+        text = f"{what} at line {first.get('line')}, column {first.get('col')}"
+        if token:
+            text += f", at `{token}`"
+        if context:
+            text += f" in `{context}`"
+    text = _NODE_CLASS.sub(lambda m: m.group(1).upper(), text)
+    return " ".join(text.split())

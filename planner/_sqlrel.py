@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
 from planner._sqlexpr import ExprCompiler, cast_to, constant, null_of
-from planner._sqlfrom import FromPlanner, join_bounds
+from planner._sqlfrom import FromPlanner
 from planner._sqlscope import (
     AggScope,
     Bound,
@@ -288,47 +288,16 @@ class QueryCompiler:
 
     def _global(self, stream: Stream, specs: dict[str, tuple[str, Any]],
                 post: dict[str, Typed | str]) -> tuple[Stream, AggScope]:
-        """An aggregate without GROUP BY: one row even when its input has none.
+        """An aggregate without GROUP BY: an aggregate without group keys.
 
-        SQL gives ``SELECT count(*), sum(x) FROM t WHERE ...`` one row (0, NULL) when no
-        row qualifies; a group-by keeps a group only while it has rows.  So the aggregate
-        (on a constant key) is left-joined to a one-row stream that exists while any
-        source of the query has a row (the sources' rows counted on the same constant
-        key): the answer row is there from the first row pushed, with count 0 and NULL
-        sums while nothing qualifies.  While every source is empty there is no row
-        (DuckDB would still return one).
+        Its one row exists from the start, as in SQL: ``SELECT count(*), sum(x) FROM t
+        WHERE ...`` reads (0, NULL) while no row qualifies, before the first push too
+        (see :meth:`joinstate.GroupedStream.aggregate`).
         """
-        taken = set(stream.columns) | set(specs)
-        one = unique_name("__one", taken)
-        unit = pc.scalar(pa.scalar(1, pa.int8()))
-        grouped = stream.with_columns({one: unit}).group_by([one]).aggregate(**specs)
-        exists = self._existence(one, unit, taken)
-        joined, _, rmap = join_bounds(
-            Bound(exists, {}, ("__exists",), "sources"), Bound(grouped, {}, ("__agg",),
-                                                              "aggregate"),
-            [(one, one)], "left")
-        renamed = {n: rmap[n] for n in specs if rmap[n] != n}
-        if renamed:  # the names were chosen not to collide; expressions built on them rely on it
-            msg = f"internal: aggregate columns renamed by the join: {renamed}"
-            raise SQLError(msg)
-        resolved: dict[str, Typed] = {}
-        for k, v in post.items():
-            if isinstance(v, Typed):
-                resolved[k] = v
-                continue
-            t = joined.stream.schema.field(v).type
-            e: Any = pc.field(v)
-            if specs[v][0] == "count":  # no qualifying row: COUNT is 0, the others NULL
-                e = pc.coalesce(e, pc.scalar(pa.scalar(0, t)))
-            resolved[k] = Typed(e, t)
-        return joined.stream, AggScope(joined.stream, [], resolved)
-
-    def _existence(self, one: str, unit: Any, taken: set[str]) -> Stream:
-        """One row (column ``one``) while any source of the query has a row."""
-        parts = [s.select({one: unit}) for s in self.streams.values()]
-        union = parts[0].union_all(*parts[1:]) if len(parts) > 1 else parts[0]
-        rows = unique_name("__rows", taken | {one})
-        return union.group_by([one]).aggregate(**{rows: ("count", None)})
+        grouped = stream.group_by([]).aggregate(**specs)
+        resolved = {k: v if isinstance(v, Typed) else Typed(pc.field(v), grouped.schema.field(
+            v).type) for k, v in post.items()}
+        return grouped, AggScope(grouped, [], resolved)
 
     @staticmethod
     def _dedup_keys(keys: list[tuple[exp.Expr, str]]) -> list[tuple[exp.Expr, str]]:

@@ -21,6 +21,8 @@ from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
 from planner._sqltypes import Typed, is_decimal, is_float, is_integer, is_string
 
 if TYPE_CHECKING:
+    from sqlglot.schema import Schema
+
     from joinstate import Stream
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "SourceSpec",
     "agg_key",
     "aliases_of",
+    "ambiguous_column",
     "columns_of",
     "conjuncts",
     "find_aggs",
@@ -140,6 +143,49 @@ class AggScope:
         if isinstance(node, exp.AggFunc | exp.Filter):
             return self.aggs.get(agg_key(node))
         return None
+
+
+def ambiguous_column(tree: exp.Expr, schema: Schema, dialect: str) -> str | None:
+    """Say which tables an unqualified column could belong to, if more than one.
+
+    sqlglot reports a column it cannot qualify as "could not be resolved", whether no
+    table of its FROM clause has it or several do.  This names the second case: the
+    column, where it is, and every table (alias and source) that has it, so the person
+    knows which qualifier to add.  ``tree`` is the query as parsed; None if no column is
+    ambiguous (then the column is simply unknown).
+    """
+    from sqlglot.errors import SqlglotError
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.resolver import Resolver
+    from sqlglot.optimizer.scope import traverse_scope
+
+    try:
+        q = qualify(tree.copy(), dialect=dialect, schema=schema,
+                    validate_qualify_columns=False, quote_identifiers=False)
+        scopes = traverse_scope(q)
+    except SqlglotError:
+        return None
+    for scope in scopes:
+        resolver = Resolver(scope, schema)
+        for col in scope.unqualified_columns:
+            having = []
+            for alias, (_, source) in scope.selected_sources.items():
+                try:
+                    names = resolver.get_source_columns(alias)
+                except SqlglotError:
+                    continue
+                if col.name in names:
+                    table = source.name if isinstance(source, exp.Table) else None
+                    having.append(alias if table in (None, alias) else f"{alias} ({table})")
+            if len(having) > 1:
+                where = col.this.meta if isinstance(col.this, exp.Expr) else {}
+                at = (f" (line {where['line']}, column {where['col']})"
+                      if where.get("line") and where.get("col") else "")
+                options = " or ".join(f"{h.split(' ')[0]}.{col.name}" for h in having)
+                verb = "both have" if len(having) == 2 else "all have"
+                return (f"column {snippet(col)}{at} is ambiguous: {', '.join(having[:-1])} and "
+                        f"{having[-1]} {verb} a column {col.name!r}; qualify it ({options})")
+    return None
 
 
 # ---- helpers ---------------------------------------------------------------------------

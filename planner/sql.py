@@ -39,19 +39,21 @@ non-zero constant) sums ``x`` exactly and divides once, so deleting rows gives b
 value computed without them (a float sum maintained under deletes drifts); the result
 differs from DuckDB's row-by-row float sum only in the last bits.  ``SUM`` of integers is
 BIGINT (DuckDB: HUGEINT; equal values, and an overflow raises).  An aggregate without
-GROUP BY has its one row (zero counts, NULL sums) when no row qualifies, but only once
-some source of the query has a row: before anything is pushed it has none (DuckDB: one).
+GROUP BY has its one row (zero counts, NULL sums) when no row qualifies, from the start:
+``read`` shows it before the first push, and the first push carrying a row returns it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.normalize import normalize
 from sqlglot.optimizer.qualify import qualify
@@ -59,8 +61,17 @@ from sqlglot.schema import MappingSchema
 
 import joinstate
 from joinstate.errors import SchemaMismatchError
-from planner._sqlerrors import SQLError, UnsupportedSQLError, quoting, snippet
+from joinstate.names import pipeline_spec_key, view_sql_key
+from planner._sqlerrors import (
+    SQLError,
+    UnsupportedSQLError,
+    parse_error,
+    plain,
+    quoting,
+    snippet,
+)
 from planner._sqlrel import OrderItem, QueryCompiler, SourceSpec, output_order
+from planner._sqlscope import ambiguous_column
 from planner._sqltypes import describe
 
 if TYPE_CHECKING:
@@ -313,23 +324,28 @@ def _parse(sql: str) -> exp.Expr:
         raise SQLError(f"sql must be a string, got {type(sql).__name__}")
     try:
         trees = sqlglot.parse(sql, read=DIALECT)
-    except ParseError as exc:
-        raise SQLError(f"the SQL does not parse as DuckDB's dialect: {exc}") from exc
-    found = [t for t in trees if t is not None]
+    except SqlglotError as exc:  # a ParseError, or a TokenError (an unclosed quote)
+        raise SQLError(f"the SQL does not parse as DuckDB's dialect: {parse_error(exc)}"
+                       ) from exc
+    # Comments after the last semicolon parse as a statement of their own that holds
+    # nothing but them (exp.Semicolon): not a second query.
+    found = [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]
     if len(found) != 1:
         raise SQLError(f"expected one SQL statement, got {len(found)}")
     return found[0]
 
 
-def _normalise(tree: exp.Expr, specs: Mapping[str, SourceSpec]) -> exp.Expr:
+def _normalise(raw: exp.Expr, specs: Mapping[str, SourceSpec]) -> exp.Expr:
     schema = MappingSchema(
         {s.name: {f.name: _sql_type(f.type) for f in s.schema} for s in specs.values()},
         dialect=DIALECT)
     try:
-        q = qualify(tree, dialect=DIALECT, schema=schema, validate_qualify_columns=True,
-                    quote_identifiers=True)
+        q = qualify(raw.copy(), dialect=DIALECT, schema=schema,
+                    validate_qualify_columns=True, quote_identifiers=True)
     except OptimizeError as exc:
-        raise SQLError(f"{exc} (sources: {sorted(s.name for s in specs.values())})") from exc
+        ambiguous = ambiguous_column(raw, schema, DIALECT)
+        raise SQLError(ambiguous or f"{plain(str(exc))} (sources: "
+                       f"{sorted(s.name for s in specs.values())})") from exc
     _correlated(q)
     try:
         q = normalize(q)
@@ -392,7 +408,7 @@ def _define(p: joinstate.Pipeline, raw: exp.Expr, specs: Mapping[str, SourceSpec
             name: str, materialize: bool) -> SQLPlan:
     _precheck(raw)
     _known_tables(raw, specs)
-    root = _normalise(raw.copy(), specs)
+    root = _normalise(raw, specs)
     order = root.args.get("order")
     limit_node = root.args.get("limit")
     limit = _limit(limit_node)
@@ -457,10 +473,65 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     :class:`UnsupportedSQLError` (quoting the construct) for SQL outside the incremental
     subset and :class:`SQLError` for SQL that is wrong (unknown table or column, a type
     error).  See :func:`plan` for the decisions taken.
+
+    The definition is fixed in ``store`` here, not at the first push: if the store holds
+    another pipeline under ``name``, :class:`joinstate.JoinSpecMismatchError` quotes the
+    SQL it was compiled from (kept in the store beside its definition) and nothing is
+    written; the same SQL (or SQL compiling to the same pipeline) re-attaches.
     """
     p = joinstate.Pipeline(store, name, share_indexes=share_indexes)
     define(p, sql, sources, name=name, stats=stats)
+    _attach(p, sql, store)
     return p
+
+
+def _attach(p: joinstate.Pipeline, sql: str, store: joinstate.StateStore) -> None:
+    """Fix ``p``'s definition in ``store`` now, and keep the SQL it was compiled from.
+
+    A store that already holds another pipeline under the name is refused here, not at
+    the first push, and in the terms the person wrote: the view the store maintains, as
+    SQL.  The SQL is kept beside the definition with a digest of the stored definition,
+    so a record left by a pipeline that was dropped and built again another way is
+    never quoted for it.
+    """
+    key = pipeline_spec_key(p.name)
+    try:
+        p.compile()
+    except joinstate.JoinSpecMismatchError as exc:
+        stored = store.meta_get(key)
+        if stored is None:  # not a conflict: e.g. a read-only store without the pipeline
+            raise
+        view = _stored_sql(store, p.name, stored)
+        remedy = (f"drop it with store.drop_pipeline({p.name!r}) or compile this SQL under "
+                  "another name")
+        if view is None:
+            msg = (f"{exc}; it was not compiled from SQL (or was compiled by an earlier "
+                   f"version): {remedy}")
+        else:
+            msg = (f"pipeline {p.name!r} in {store.path} maintains a different view: "
+                   f"{snippet(view)}; this SQL compiles to another pipeline; {remedy}")
+        raise joinstate.JoinSpecMismatchError(msg) from exc
+    if store.read_only:
+        return
+    stored = store.meta_get(key)
+    if stored is not None and _stored_sql(store, p.name, stored) is None:
+        record = {"sql": sql, "definition": hashlib.sha256(stored).hexdigest()}
+        store.meta_put(view_sql_key(p.name), json.dumps(record).encode())
+
+
+def _stored_sql(store: joinstate.StateStore, name: str, definition: bytes) -> str | None:
+    """The SQL recorded for pipeline ``name``'s stored ``definition``, if any."""
+    raw = store.meta_get(view_sql_key(name))
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("sql"), str) or \
+            record.get("definition") != hashlib.sha256(definition).hexdigest():
+        return None
+    return cast("str", record["sql"])
 
 
 def plan(sql: str, sources: Mapping[str, Any], *, name: str = "result",

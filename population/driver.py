@@ -28,11 +28,11 @@ import numpy as np
 import psutil
 
 from compaction import (
+    AsymmetricPolicy,
     BatchWritten,
     BulkLoadPolicy,
     CompactionControl,
     CompactionPolicy,
-    EpsioPolicy,
     Event,
     Guard,
     PopulationEnded,
@@ -86,7 +86,7 @@ SAMPLE_INTERVAL = 0.25
 
 POLICIES: dict[CompactionName, Callable[[], CompactionPolicy]] = {
     "rocksdb": RocksDBDefaults,
-    "epsio": EpsioPolicy,
+    "epsio": AsymmetricPolicy,
     "bulk-load": BulkLoadPolicy,
 }
 """The main compaction policy of each ``Strategy.compaction``; the guard always runs too."""
@@ -666,8 +666,7 @@ def populate(
                 run.restore_write_buffer()
         join.settle()
         if go_live:
-            join.set_phase("live")
-            join.clear_progress()  # a live join with stale markers is finished all the same
+            join.go_live()  # phase and markers in one write: no crash leaves one without
     finally:
         bar.close()
         if run.ingester is not None:

@@ -26,9 +26,14 @@ state, and a bulk sink cannot take a transaction that reads (its pending writes 
 be invisible to the reads).
 
 Crash safety: each push commits its source's progress marker in the same transaction
-(JSON: batches, rows, the running digest of the input, done); the outputs of a batch go
-to the sink before its transaction is written, so a crash re-delivers, never loses.
-``resume=True`` skips what the markers say was loaded, checking the digests.
+(JSON: batches, rows, the running digest of the input, done, and the run's
+``batch_rows`` and strategy); the outputs of a batch go to the sink before its
+transaction is written, so a crash re-delivers, never loses.  ``resume=True`` continues
+with the recorded parameters (an argument that contradicts them is refused, naming it),
+skips what the markers say was loaded, checking the digests; what follows the loaded
+batches may be new input (a corrected file).  Going live is one write: the phase and the
+markers' removal together (:meth:`joinstate.Pipeline.go_live`), so a crash leaves either
+the markers or a live pipeline, never a population a resume would load again.
 """
 
 from __future__ import annotations
@@ -138,9 +143,11 @@ class PipelineReport:
         return "\n".join(lines)
 
 
-def _marker(batches: int, rows: int, digest: str, done: bool) -> bytes:
-    return json.dumps({"batches": batches, "rows": rows, "digest": digest,
-                       "done": done}).encode()
+def _marker(batches: int, rows: int, digest: str, done: bool, params: Mapping[str, Any]
+            ) -> bytes:
+    """A source's progress marker: its progress and the run's parameters (JSON)."""
+    return json.dumps({"batches": batches, "rows": rows, "digest": digest, "done": done,
+                       **params}).encode()
 
 
 def _read_marker(p: Pipeline, source: str) -> dict[str, Any] | None:
@@ -149,12 +156,84 @@ def _read_marker(p: Pipeline, source: str) -> dict[str, Any] | None:
         return None
     try:
         doc = json.loads(raw)
+        # Markers written before the run's parameters were recorded have none (None).
+        br = doc.get("batch_rows")
         return {"batches": int(doc["batches"]), "rows": int(doc["rows"]),
-                "digest": str(doc["digest"]), "done": bool(doc["done"])}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PopulationError(f"pipeline {p.name!r}: the progress marker of source {source!r} "
-                              f"is unreadable ({exc}); drop the state and populate again"
-                              ) from exc
+                "digest": str(doc["digest"]), "done": bool(doc["done"]),
+                "batch_rows": None if br is None else int(br),
+                "strategy": doc.get("strategy")}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PopulationError(
+            f"pipeline {p.name!r}: the progress marker of source {source!r} is unreadable "
+            f"({exc}); drop the state (store.drop_pipeline({p.name!r})), define the "
+            "pipeline again and populate it from scratch") from exc
+
+
+def _progress_text(p: Pipeline, found: Mapping[str, dict[str, Any]]) -> str:
+    """Each source's progress: ``"customer: 1 batch, 200 rows, done; sales: nothing"``."""
+    parts = []
+    for s in p.sources:
+        m = found.get(s)
+        if m is None:
+            parts.append(f"{s}: nothing loaded")
+        else:
+            parts.append(f"{s}: {m['batches']} batch{'es' if m['batches'] != 1 else ''}, "
+                         f"{m['rows']:,} rows{', done' if m['done'] else ''}")
+    return "; ".join(parts)
+
+
+def _drop_remedy(p: Pipeline) -> str:
+    return (f"or discard it with store.drop_pipeline({p.name!r}), define the pipeline again "
+            "and populate it from scratch")
+
+
+def _interrupted(p: Pipeline, found: Mapping[str, dict[str, Any]], detail: str = ""
+                 ) -> PopulationInterruptedError:
+    """The error for an interrupted population: progress, what a resume takes, remedies."""
+    any_marker = next(iter(found.values()))
+    params = ", ".join(f"{k} {any_marker[k]!r}" for k in ("batch_rows", "strategy")
+                       if any_marker.get(k) is not None)
+    loaded = [f"{s}'s first {m['batches']}" for s, m in found.items() if m["batches"]]
+    empty = [s for s in p.sources if s not in found or not found[s]["batches"]]
+    takes = ("each source with batches loaded must yield those same batches first ("
+             + ", ".join(loaded) + "; checked by digest)" if loaded else
+             "no batch is loaded yet")
+    after = ("; the batches after them"
+             + (f" and the sources with nothing loaded ({', '.join(empty)})" if empty else "")
+             + " may be new input, e.g. a corrected file")
+    where = f" in {p.store.path}" if p.store is not None else ""
+    msg = (f"pipeline {p.name!r}{where} holds an interrupted population ("
+           f"{_progress_text(p, found)}{'; ' + params if params else ''}). Continue it with "
+           f"populate(..., resume=True): {takes}{after}; {_drop_remedy(p)}")
+    return PopulationInterruptedError(f"{detail}: {msg}" if detail else msg,
+                                      {s: dict(m) for s, m in found.items()})
+
+
+def _resume_parameters(p: Pipeline, found: Mapping[str, dict[str, Any]],
+                       strategy: str | None, batch_rows: int | None
+                       ) -> tuple[str | None, int | None]:
+    """The interrupted run's strategy and batch_rows, checked against explicit arguments.
+
+    Markers record them (older markers do not: then the arguments, as given, apply).
+    An explicit argument that contradicts them is refused, naming it.
+    """
+    recorded = {(m.get("strategy"), m.get("batch_rows")) for m in found.values()}
+    if len(recorded) > 1:
+        raise _interrupted(p, found, "the sources' progress markers disagree on the run's "
+                                     "parameters, so it cannot be resumed")
+    (was_strategy, was_rows), = recorded
+    bad = []
+    if batch_rows is not None and was_rows is not None and batch_rows != was_rows:
+        bad.append(f"batch_rows={batch_rows!r} (the interrupted run used {was_rows})")
+    if strategy is not None and was_strategy is not None and strategy != was_strategy:
+        bad.append(f"strategy={strategy!r} (the interrupted run used {was_strategy!r})")
+    if bad:
+        raise PopulationError(
+            f"pipeline {p.name!r}: resume=True continues the interrupted population with its "
+            f"own parameters; these arguments contradict them: {'; '.join(bad)}. Leave them "
+            "out (or pass the same values)")
+    return (strategy if strategy is not None else was_strategy,
+            batch_rows if batch_rows is not None else was_rows)
 
 
 def populate_pipeline(
@@ -175,17 +254,20 @@ def populate_pipeline(
     iterable of batches (sources left out stay empty).  ``sink`` gets each push's
     outputs (``{output: change set}``; a two-argument sink also gets the
     ``OutputBatch(source, index)``).  ``sizes`` gives row counts the inputs do not know.
+
+    An interrupted population raises :class:`~population.PopulationInterruptedError`
+    (each source's progress, what a resume accepts, and the other remedy,
+    ``store.drop_pipeline(name)``); ``resume=True`` continues it with the interrupted
+    run's ``batch_rows`` and ``strategy`` (leave them out, or pass the same values).
     """
-    strategy = "auto" if strategy is None else strategy
-    if strategy not in PIPELINE_STRATEGIES:
+    if strategy is not None and strategy not in PIPELINE_STRATEGIES:
         raise PopulationError(
             f"strategy={strategy!r}: a pipeline is populated with one of "
             f"{PIPELINE_STRATEGIES} (bulk SST ingestion needs transactions that never read "
             "state, and a pipeline's pushes read its aggregates and indexes)"
         )
-    rows_per_batch = DEFAULT_PIPELINE_BATCH_ROWS if batch_rows is None else batch_rows
-    if isinstance(rows_per_batch, bool) or not isinstance(rows_per_batch, int) \
-            or rows_per_batch < 1:
+    if batch_rows is not None and (isinstance(batch_rows, bool)
+                                   or not isinstance(batch_rows, int) or batch_rows < 1):
         raise PopulationError(f"batch_rows={batch_rows!r} must be an int >= 1")
     unknown = [s for s in sources if s not in p.sources]
     if unknown:
@@ -199,13 +281,16 @@ def populate_pipeline(
         )
     found = {s: m for s in p.sources if (m := _read_marker(p, s)) is not None}
     if found and not resume:
-        raise PopulationInterruptedError(
-            f"pipeline {p.name!r} holds an interrupted population ("
-            + ", ".join(f"{s}: {m['batches']} batches, {m['rows']} rows"
-                        f"{' (done)' if m['done'] else ''}" for s, m in found.items())
-            + "); call populate(..., resume=True) with the same inputs to continue, or drop "
-            "the state and start again", {s: dict(m) for s, m in found.items()},
-        )
+        raise _interrupted(p, found)
+    if found:
+        strategy, batch_rows = _resume_parameters(p, found, strategy, batch_rows)
+        missing = [s for s, m in found.items() if m["batches"] and s not in sources]
+        if missing:
+            raise _interrupted(p, found, f"cannot resume: no input given for {missing}, "
+                                         "which the interrupted population loaded from")
+    strategy = "auto" if strategy is None else strategy
+    rows_per_batch = DEFAULT_PIPELINE_BATCH_ROWS if batch_rows is None else batch_rows
+    params = {"batch_rows": rows_per_batch, "strategy": strategy}
     store = p.store
     if store is None:
         raise PopulationError(f"pipeline {p.name!r} is bound to a closed state store")
@@ -256,17 +341,16 @@ def populate_pipeline(
                         rows_done += batch.num_rows
                         load.skipped_batches += 1
                         if index == skip and mark is not None and digest != mark["digest"]:
-                            raise PopulationInterruptedError(
-                                f"pipeline {p.name!r}: source {name!r} differs from the "
-                                f"input of the interrupted population (digest after {skip} "
-                                "batches); resume needs the same input"
-                            )
+                            raise _changed(p, name, skip, rows_per_batch,
+                                           "they are not the batches that were loaded "
+                                           "(their digest differs)")
                         bar.update(name, batch.num_rows)
                         continue
                     if mark is not None and index == skip:
                         report.redelivered.setdefault(name, index)
                     t = time.perf_counter()
-                    marker = _marker(index + 1, rows_done + batch.num_rows, digest, False)
+                    marker = _marker(index + 1, rows_done + batch.num_rows, digest, False,
+                                     params)
 
                     def deliver(outs: dict[str, pa.Table], _i: int = index,
                                 _n: str = name) -> None:
@@ -288,13 +372,11 @@ def populate_pipeline(
                     peak = max(peak, proc.memory_info().rss)
                     sampler.take(name, load.rows)
                 if mark is not None and index < skip:
-                    raise PopulationInterruptedError(
-                        f"pipeline {p.name!r}: source {name!r} has {index} batches, fewer "
-                        f"than the {skip} the interrupted population loaded"
-                    )
+                    raise _changed(p, name, skip, rows_per_batch,
+                                   f"it ends after {index} batch{'es' if index != 1 else ''}")
                 t = time.perf_counter()
                 p.push(name, p.source_schema(name).empty_table(),
-                       progress=_marker(index, rows_done, digest, True))
+                       progress=_marker(index, rows_done, digest, True, params))
                 for cf, plan_ix in schedule.items():
                     if name in plan_ix.get("compact_after", ()):
                         for data_cf in infos[cf].data_column_families:
@@ -306,8 +388,7 @@ def populate_pipeline(
         bar.close()
     p.settle()
     if go_live:
-        p.clear_progress()
-        p.set_phase("live")
+        p.go_live()  # phase and markers in one write: no crash leaves one without
     report.seconds = round(time.perf_counter() - t0, 4)
     after = p.operator_rows()
     report.operators = {k: v - operators_before.get(k, 0) for k, v in after.items()}
@@ -319,6 +400,17 @@ def populate_pipeline(
     if not found:
         _record(p, report, chosen)
     return report
+
+
+def _changed(p: Pipeline, source: str, loaded: int, batch_rows: int, why: str
+             ) -> PopulationInterruptedError:
+    """The error for a resume whose input of ``source`` is not what was loaded."""
+    return PopulationInterruptedError(
+        f"pipeline {p.name!r}: the input of source {source!r} differs from the one the "
+        f"interrupted population loaded: its first {loaded} batch"
+        f"{'es' if loaded != 1 else ''} (batch_rows={batch_rows}) were loaded, and {why}. "
+        "A resume needs those batches unchanged (what follows them may be new); "
+        f"{_drop_remedy(p)}")
 
 
 def _stats(p: Pipeline, name: str, data: Any, src: Source,

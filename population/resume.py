@@ -175,11 +175,20 @@ def interrupted_message(join: Join, found: Mapping[str, Marker]) -> str:
         for side in SIDES
     )
     where = f" in {join.store.path}" if join.store is not None else ""
+    loaded = [f"the {s} side's first {m.batches}" for s, m in found.items() if m.batches]
+    empty = [s for s in SIDES if s not in found or not found[s].batches]
+    takes = ("each side with batches loaded must give those same batches first ("
+             + ", ".join(loaded) + "; checked by digest, a Parquet file also by its size),"
+             " and a side loaded completely nothing more" if loaded else
+             "no batch is loaded yet")
+    after = ("; the batches after them"
+             + (f" and a side with nothing loaded ({' and '.join(empty)})" if empty else "")
+             + " may be new input, e.g. a corrected file")
     return (
         f"join {join.name!r}{where} has an interrupted population ({progress}; strategy "
         f"{any_marker.strategy.get('name')!r}, order {any_marker.order!r}, batch_rows "
-        f"{any_marker.batch_rows}). Either call population.populate(..., resume=True) with "
-        f"the same inputs to continue it, or discard it with store.drop_join({join.name!r}), "
+        f"{any_marker.batch_rows}). Either continue it with population.populate(..., "
+        f"resume=True): {takes}{after}; or discard it with store.drop_join({join.name!r}), "
         "create the join again and populate it from scratch"
     )
 

@@ -28,7 +28,10 @@ from spark_io.errors import (
     PopulationStateError,
     ShardBusyError,
     SparkIOError,
+    SparkJobError,
     SparkNotInstalledError,
+    StateDirBusyError,
+    WriterConflictError,
 )
 
 try:
@@ -54,10 +57,13 @@ __all__ = [
     "PopulationStateError",
     "ShardBusyError",
     "SparkIOError",
+    "SparkJobError",
     "SparkJoin",
-    "SparkPipeline",
     "SparkNotInstalledError",
+    "SparkPipeline",
     "SparkReport",
+    "StateDirBusyError",
+    "WriterConflictError",
     "check_executors",
     "local_session",
 ]

@@ -43,6 +43,7 @@ from spark_io._worker import (
     _ShardTask,
     _task_attempt,
     interrupted_population,
+    reports_errors,
     side_rows,
 )
 from spark_io.errors import PopulationStateError
@@ -125,6 +126,7 @@ class DirectPopulateTask(_ShardTask):
     resume: bool = False
     batch_rows: int = DEFAULT_BATCH_ROWS
 
+    @reports_errors
     def __call__(self, shards: Iterator[Any]) -> Iterator[pa.RecordBatch]:
         attempt = _task_attempt()
         resume = self.resume or attempt > 0

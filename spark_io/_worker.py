@@ -32,6 +32,20 @@ report carries the new checkpoint id; the driver commits the ids once the whole 
 succeeded.  A task that dies before its checkpoint leaves nothing a later task would
 use, so its retry starts from the committed checkpoint again.
 
+All shards or none (``apply``, micro-batches; without checkpoints).  A task of an
+operation opens each store with the operation's :class:`UndoPlan`: before anything
+else, undo records the store holds of other operations of the same owner are settled
+(rolled back if the driver says the operation was not committed, dropped otherwise:
+the driver resolves an uncommitted operation before it starts the next), and one of
+this operation's with another digest refuses the task
+(:class:`~joinstate.CommitConflictError`).  Then every transaction of the task records
+its undo in its own WriteBatch (:meth:`joinstate.db.Database.capturing_undo`), so the
+driver can roll every shard back if any task fails (:class:`RollbackTask`).
+
+Errors a retry cannot cure are reported, not raised (:func:`spark_io.errors.reported`):
+the task yields one report row carrying the error and ends normally, and the driver
+raises it; so Spark neither retries the task nor logs its traceback.
+
 What survives a task retry (or the same operation run again):
 
 * ``apply`` and the streaming sink push each shard's whole input as **one** WriteBatch
@@ -54,7 +68,9 @@ What survives a task retry (or the same operation run again):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import time
 from contextlib import contextmanager
@@ -65,9 +81,18 @@ import numpy as np
 import pyarrow as pa
 
 import population
-from joinstate import IndexOptions, Join, SideName, StateLockedError, StateStore, StoreOptions
+from joinstate import (
+    CommitConflictError,
+    IndexOptions,
+    Join,
+    SideName,
+    StateLockedError,
+    StateStore,
+    StoreOptions,
+)
+from joinstate.transaction import apply_undo, drop_undo, undo_prefix, undo_tags
 from joinstate.working_copy import open_checkpoint
-from spark_io.errors import PopulationStateError, ShardBusyError
+from spark_io.errors import PopulationStateError, ShardBusyError, error_detail, reported
 from spark_io.manifest import Manifest, ShardStorage, shard_key
 from spark_io.outputs import OutputDir, parquet_out
 from spark_io.routing import SHARD
@@ -77,17 +102,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 __all__ = [
-    "ApplyTask",
     "OUTPUT_PARQUET",
+    "ApplyTask",
     "ControlTask",
     "OpenShard",
     "PopulateTask",
+    "RollbackTask",
     "StateTask",
+    "UndoPlan",
     "open_shard",
     "open_store",
     "options_from_dict",
     "options_to_dict",
     "populate_shard",
+    "reports_errors",
+    "settle_undo",
 ]
 
 OUTPUT_PARQUET: dict[str, Any] = {"use_dictionary": False, "write_statistics": False}
@@ -152,6 +181,8 @@ class OpenShard:
     key: str
     sync: str
     checkpoint: str | None = None
+    undone: int = 0
+    """Operations rolled back from their undo records when the store was opened."""
 
     def report(self) -> dict[str, Any]:
         """The store's key and checkpoint id, for the driver to commit.
@@ -163,16 +194,62 @@ class OpenShard:
                 "path": str(self.store.path), "attempt": _task_attempt()}
 
 
+@dataclass(frozen=True)
+class UndoPlan:
+    """How a task of operation ``op`` of ``owner`` treats undo records (module docstring).
+
+    ``note`` is the operation's digest (kept in its undo records); ``rollback`` the
+    operations of ``owner`` the driver knows were not committed.
+    """
+
+    owner: str
+    op: str
+    note: bytes = b""
+    rollback: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        """The undo tag of the operation in a store."""
+        return f"{self.owner}:{self.op}"
+
+
+def settle_undo(store: StateStore, plan: UndoPlan, where: str) -> int:
+    """Settle the undo records ``store`` holds of ``plan.owner``'s other operations.
+
+    Rolled back if listed in ``plan.rollback``, dropped (committed) otherwise; returns
+    how many operations were rolled back.  Runs on a store nothing is attached to yet.
+    """
+    undone = 0
+    for tag, note in undo_tags(store).items():
+        owner, _, op = tag.partition(":")
+        if owner != plan.owner:
+            continue  # another join's, in a state directory several share
+        if op == plan.op:
+            if note != plan.note:
+                raise CommitConflictError(
+                    f"{where}: operation {op!r} was started here with another change "
+                    "(its digest differs); a retry must repeat the same change, a new "
+                    "change needs a new op_id; nothing was applied")
+        elif op in plan.rollback:
+            apply_undo(store, tag)
+            undone += 1
+        else:
+            drop_undo(store, tag)
+    return undone
+
+
 @contextmanager
 def open_store(storage: ShardStorage, key: str, options: StoreOptions | None, *,
-               read_only: bool = False, owner: str = "", hint: str = "") -> Iterator[OpenShard]:
+               read_only: bool = False, owner: str = "", hint: str = "",
+               undo: UndoPlan | None = None) -> Iterator[OpenShard]:
     """Shard store ``key`` open for the ``with`` block, closed after.
 
     Without checkpoints it is the directory every task shares.  With them, the local
     working copy is opened as exactly the committed checkpoint (restored if it is not),
     and a clean exit after writes checkpoints it (see the module docstring).
     ``read_only`` opens without RocksDB's LOCK (inspection while a writer may be busy).
-    ``owner`` and ``hint`` word the :class:`~spark_io.errors.ShardBusyError`.
+    ``owner`` and ``hint`` word the :class:`~spark_io.errors.ShardBusyError`.  ``undo``
+    settles other operations' undo records first, then captures this one's.
     """
     path = storage.local_path(key)
     expected = storage.checkpoints.get(key)
@@ -192,8 +269,13 @@ def open_store(storage: ShardStorage, key: str, options: StoreOptions | None, *,
         ) from exc
     shard = OpenShard(store, key, sync, expected)
     with store:
+        capture: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if undo is not None and not read_only:
+            shard.undone = settle_undo(store, undo, owner or f"shard {key}")
+            capture = store.capturing_undo(undo_prefix(undo.tag), undo.note)
         before = store.last_sequence() if storage.checkpoint_uri and not read_only else None
-        yield shard
+        with capture:
+            yield shard
         if before is not None and store.last_sequence() != before:
             info = store.checkpoint(storage.uri(key), keep=storage.keep,
                                     protect=storage.protected(key))
@@ -289,6 +371,33 @@ def _report(shard: int, side: str, rows_in: int, rows_out: int, seconds: float,
     )
 
 
+def reports_errors(call: Callable[[Any, Iterator[Any]], Iterator[pa.RecordBatch]]
+                   ) -> Callable[[Any, Iterator[Any]], Iterator[pa.RecordBatch]]:
+    """Make a task report errors a retry cannot cure instead of raising them.
+
+    The task yields one more report row (shard -1) whose detail holds the error
+    (:func:`spark_io.errors.error_detail`) and ends normally, after reading the rest of
+    its input; the driver raises it (:func:`spark_io.job.run_job`).  Other errors are
+    raised as before (Spark may retry them).
+    """
+
+    @functools.wraps(call)
+    def task(self: Any, batches: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+        rest = iter(batches)
+        t0 = time.perf_counter()
+        try:
+            yield from call(self, rest)
+        except Exception as exc:
+            if not reported(exc):
+                raise
+            for _ in rest:  # the input must be read to its end for Spark to finish
+                pass
+            yield _report(-1, "error", 0, 0, time.perf_counter() - t0,
+                          detail={"error": error_detail(exc)})
+
+    return task
+
+
 # ---- population: the one place that decides how a shard is loaded --------------------------
 
 def populate_shard(
@@ -373,11 +482,12 @@ class _ShardTask:
         return self.storage.state_dir
 
     @contextmanager
-    def open(self, shard: int, read_only: bool = False) -> Iterator[tuple[Join, OpenShard]]:
+    def open(self, shard: int, read_only: bool = False, undo: UndoPlan | None = None
+             ) -> Iterator[tuple[Join, OpenShard]]:
         """The shard's join and its :class:`OpenShard` (for the checkpoint report)."""
         with open_store(self.storage, shard_key(shard), options_from_dict(self.options),
                         read_only=read_only, owner=f"shard {shard} of join {self.manifest.name!r}",
-                        hint="run one SparkJoin operation") as opened:
+                        hint="run one SparkJoin operation", undo=undo) as opened:
             yield self.manifest.join(opened.store), opened
 
     def conformed(self, side: SideName, pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
@@ -405,6 +515,7 @@ class PopulateTask(_ShardTask):
     def marker(self) -> str:
         return f"spark-populate:{self.side}"
 
+    @reports_errors
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         resume = self.resume or _task_attempt() > 0
         for shard, pieces in by_shard(batches):
@@ -483,7 +594,10 @@ class ApplyTask(_ShardTask):
 
     ``commit_id`` is committed with each shard's change and output in one WriteBatch.
     ``forget`` (a commit-id prefix, ``retain``) drops older ids of the same stream after
-    a successful push, so recorded outputs do not accumulate.
+    a successful push, so recorded outputs do not accumulate.  ``undo``: the operation's
+    :class:`UndoPlan` (None with checkpoints, which roll back by themselves).
+    ``replay_only``: the driver recorded the operation as committed, so each shard must
+    replay its recorded output; a shard without the record applies nothing and refuses.
     """
 
     side: SideName = "left"
@@ -491,14 +605,23 @@ class ApplyTask(_ShardTask):
     commit_id: str = ""
     forget_prefix: str | None = None
     keep_after: int | None = None
+    undo: UndoPlan | None = None
+    replay_only: bool = False
 
+    @reports_errors
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for shard, pieces in by_shard(batches):
             t0 = time.perf_counter()
             tables = list(self.conformed(self.side, pieces))
             delta = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            with self.open(shard) as (join, opened):
+            with self.open(shard, undo=self.undo) as (join, opened):
                 replayed = join.committed(self.commit_id)
+                if self.replay_only and not replayed:
+                    raise CommitConflictError(
+                        f"shard {shard} of join {join.name!r}: commit id {self.commit_id!r} "
+                        "is recorded as committed by the driver, but this shard no longer "
+                        "holds it (forgotten after the stream's retain= batches?), so its "
+                        "output cannot be replayed; nothing was applied")
                 out = join.push(self.side, delta, commit_id=self.commit_id)
                 if self.forget_prefix is not None and self.keep_after is not None:
                     join.forget_commits(keep=self._keep)
@@ -529,6 +652,7 @@ class ControlTask(_ShardTask):
 
     go_live: bool = False
 
+    @reports_errors
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for shard in batch.column(0).to_pylist():
@@ -565,3 +689,38 @@ class StateTask(_ShardTask):
                     state = state.select(self.schema.names).cast(self.schema)
                 yield from state.to_batches()
 
+
+
+@dataclass(frozen=True)
+class RollbackTask:
+    """Roll back uncommitted operations in every store of the shards this task visits.
+
+    Input: batches (or shard numbers) whose first column holds shard numbers; for each,
+    the stores ``shard_key(shard, stage)`` of every entry of ``stages`` (``(None,)`` for
+    a join) that exist.  The undo records of ``plan.rollback`` are applied, other
+    operations' of the same owner dropped (:func:`settle_undo`); one report row per
+    store, ``detail["undone"]`` saying how many operations it rolled back.
+    """
+
+    storage: ShardStorage
+    options: dict[str, Any] | None
+    plan: UndoPlan
+    stages: tuple[str | None, ...] = (None,)
+
+    @reports_errors
+    def __call__(self, batches: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            shards = batch.column(0).to_pylist() if isinstance(batch, pa.RecordBatch) \
+                else [batch]
+            for shard in (int(s) for s in shards):
+                for stage in self.stages:
+                    key = shard_key(shard, stage)
+                    if not self.storage.exists(key):
+                        continue
+                    t0 = time.perf_counter()
+                    with open_store(self.storage, key, options_from_dict(self.options),
+                                    owner=f"store {key} of {self.plan.owner!r}",
+                                    undo=self.plan) as opened:
+                        undone = opened.undone
+                    yield _report(shard, stage or "rollback", 0, 0, time.perf_counter() - t0,
+                                  detail={"undone": undone})

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import population
-from joinstate import JoinStateError, OptionsError, SchemaMismatchError, StoreOptions
+from joinstate import (
+    JoinStateError,
+    NotAStateStoreError,
+    OptionsError,
+    SchemaMismatchError,
+    StoreOptions,
+)
 from joinstate.checkpoint import Location
 from joinstate.names import validate_name
 from population.strategy import PRESETS
@@ -47,6 +53,7 @@ __all__ = [
     "check_side",
     "check_small_side",
     "check_sole_owner",
+    "check_state_dir",
     "check_strategy",
     "check_suffixes",
     "normalize_how",
@@ -130,6 +137,23 @@ def check_path(value: object, argument: str) -> Path:
         f"{argument}={value!r} must be a local directory path (str or pathlib.Path) that "
         "every executor sees; URIs such as s3:// or hdfs:// are not supported"
     )
+
+
+def check_state_dir(value: object) -> Path:
+    """``state_dir`` as a path (:func:`check_path`) that is a directory or can become one.
+
+    Checked on the driver before any Spark job: an existing file there, or under it,
+    raises :class:`joinstate.NotAStateStoreError` naming it.
+    """
+    path = check_path(value, "state_dir")
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotAStateStoreError(
+                    f"state_dir={str(path)!r}: {parent} is a file, not a directory; nothing "
+                    "was changed; choose a directory (missing ones are created)")
+            break
+    return path
 
 
 def check_keep_outputs(keep: object) -> int | None:

@@ -6,6 +6,14 @@ failure back into the library error it carries (any public error class of
 ``joinstate``, ``population`` or ``spark_io``, looked up by its qualified name), so a
 caller can ``except spark_io.ShardBusyError`` around ``job.apply(...)`` as if the work
 had run locally.  The translated error keeps Spark's exception as ``err.spark_error``.
+A job that failed for a reason outside the library (a Python worker that died, an
+executor lost on every attempt) is raised as :class:`SparkJobError` naming the cause.
+
+Errors a retry cannot cure (a change the state refuses: over-retraction, a unique key,
+a conflicting commit id, a bad type) are not raised by tasks at all: a task reports
+them as a row (:func:`error_detail`) and ends normally, and the driver raises the same
+error (:func:`error_from_detail`).  Spark then neither retries the task nor logs it as
+failed with its whole traceback; the caller gets one line.
 
 This module does not import pyspark (``spark_io/__init__`` uses
 :class:`SparkNotInstalledError` to say so when pyspark is missing).
@@ -25,7 +33,13 @@ __all__ = [
     "PopulationStateError",
     "ShardBusyError",
     "SparkIOError",
+    "SparkJobError",
     "SparkNotInstalledError",
+    "StateDirBusyError",
+    "WriterConflictError",
+    "error_detail",
+    "error_from_detail",
+    "reported",
     "task_reason",
     "translate_task_error",
 ]
@@ -69,6 +83,28 @@ class PopulationStateError(SparkIOError):
     """
 
 
+class WriterConflictError(SparkIOError):
+    """Another driver object wrote this join's or pipeline's state after this one attached.
+
+    A state directory has one writer at a time; an object that is no longer the writer
+    would write from a stale view (and discard the other's commits), so it is refused.
+    Re-attach (``SparkJoin.open(...)``, or ``SparkPipeline(...)`` again) to continue from
+    the committed state.
+    """
+
+
+class StateDirBusyError(SparkIOError, StateLockedError):
+    """Another operation on the same state directory was still running after a wait."""
+
+
+class SparkJobError(SparkIOError):
+    """A Spark job failed for a reason outside joinstate.
+
+    A Python worker died, an executor was lost on every attempt...; ``spark_error``
+    holds Spark's exception.
+    """
+
+
 class ExecutorEnvironmentError(SparkIOError):
     """Spark's executors cannot run joinstate (checked once per session, before any job).
 
@@ -90,7 +126,8 @@ def _public_errors() -> dict[str, type[JoinStateError]]:
             if isinstance(cls, type) and issubclass(cls, JoinStateError):
                 found[f"{cls.__module__}.{cls.__qualname__}"] = cls
     for cls in (SparkIOError, ShardBusyError, ManifestError, PopulationStateError,
-                ExecutorEnvironmentError):
+                ExecutorEnvironmentError, WriterConflictError, StateDirBusyError,
+                SparkJobError):
         found[f"{cls.__module__}.{cls.__qualname__}"] = cls
     return found
 
@@ -168,3 +205,37 @@ def translate_task_error(exc: BaseException) -> JoinStateError | None:
         err.spark_error = exc  # type: ignore[attr-defined]
         return err
     return None
+
+
+# ---- errors reported by tasks instead of raised ------------------------------------------
+
+
+def reported(exc: BaseException) -> bool:
+    """Whether a task reports ``exc`` as a row rather than failing (see the module doc).
+
+    Library errors about the data or the request (``ValueError`` and ``OverflowError``
+    kinds: schema, over-retraction, unique key, commit conflict, weight overflow, a
+    population in the wrong state) are the same on every attempt; I/O errors, a busy
+    shard and everything else are raised, so Spark may retry them.
+    """
+    return isinstance(exc, JoinStateError) and isinstance(
+        exc, ValueError | OverflowError | PopulationStateError)
+
+
+def error_detail(exc: BaseException) -> dict[str, object]:
+    """``exc`` as a JSON-able report detail (its class and one-line message)."""
+    cls = type(exc)
+    message = " ".join(str(exc).split())
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "message": message}
+
+
+def error_from_detail(detail: dict[str, object]) -> JoinStateError:
+    """The error a task reported (:func:`error_detail`), rebuilt on the driver."""
+    cls = _ERRORS.get(str(detail.get("class")), SparkIOError)
+    text = f"{detail.get('message')} (raised in a Spark task)"
+    try:
+        return cls(text)
+    except TypeError:  # a constructor with other required arguments
+        err = cls.__new__(cls)
+        Exception.__init__(err, text)
+        return err

@@ -35,9 +35,16 @@ never touches the state.  Eagerness is deliberate: a lazily applied change would
 applied in whatever order actions happen to run, and a change DataFrame over a growing
 source could differ between evaluations.  Within a job, task retries are covered by
 commit ids (``apply``, the streaming sink) or resumed from durable progress markers
-(``populate``); see :mod:`spark_io._worker`.  ``apply(..., op_id=...)`` with an id used
-before returns the recorded output instead of applying again, which makes a driver-side
-retry safe too.
+(``populate``); see :mod:`spark_io._worker`.  ``apply(..., op_id=...)`` with an id
+committed before returns the recorded output instead of applying again (and refuses
+another change under it), which makes a driver-side retry safe too.
+
+All shards or none.  An ``apply`` or micro-batch is one operation
+(:mod:`spark_io.operation`): recorded with a digest of its whole change before any
+task runs, committed once every shard applied its part, and rolled back on every shard
+if any failed (from undo records the tasks wrote with their push, or, with checkpoints,
+by keeping the committed ones).  One driver object writes a state directory's join at
+a time (:class:`~spark_io.errors.WriterConflictError` for a stale one).
 """
 
 from __future__ import annotations
@@ -68,20 +75,30 @@ from spark_io._worker import (
     ApplyTask,
     ControlTask,
     PopulateTask,
+    RollbackTask,
     StateTask,
+    UndoPlan,
     options_to_dict,
 )
-from spark_io.errors import PopulationStateError, SparkIOError, translate_task_error
+from spark_io.errors import (
+    PopulationStateError,
+    SparkIOError,
+    SparkJobError,
+    error_from_detail,
+    task_reason,
+    translate_task_error,
+)
 from spark_io.executors import check_executors
 from spark_io.frames import ParquetFiles, count_rows, parquet_files
 from spark_io.manifest import Manifest, ShardStorage, manifest_path, other_owners
+from spark_io.operation import OperationRecord, Operations, collect_change
 from spark_io.outputs import OutputDir
 from spark_io.report import REPORT_SCHEMA, JobReport, ShardReport, SparkReport
-from spark_io.routing import collect_small, route, split
+from spark_io.routing import SHARD, route, split
 from spark_io.types import arrow_schema, arrow_type, spark_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
@@ -205,7 +222,7 @@ class SparkJoin:
         runiq = args.check_key(right_unique_key, "right_unique_key", optional=True)
         assert lkey is not None and rkey is not None
         how = args.normalize_how(how)
-        state = args.check_path(state_dir, "state_dir")
+        state = args.check_state_dir(state_dir)
         shards = args.check_shards(shards)
         suffixes = args.check_suffixes(suffixes)
         options = args.check_options(options)
@@ -249,7 +266,7 @@ class SparkJoin:
         """
         _check_session(spark)
         name = args.check_name(name)
-        state = args.check_path(state_dir, "state_dir")
+        state = args.check_state_dir(state_dir)
         options = args.check_options(options)
         keep = args.check_keep_outputs(keep_outputs)
         keep_ck = args.check_keep_checkpoints(keep_checkpoints)
@@ -278,6 +295,11 @@ class SparkJoin:
         self.output_schema: T.StructType = spark_schema(out_schema)
         self.last_report: SparkReport | None = None
         self._outputs = OutputDir(manifest.outputs(state_dir))
+        self._ops = Operations(
+            state_dir, manifest.name, f"join {manifest.name!r} in {state_dir}",
+            f"Re-attach with spark_io.SparkJoin.open(spark, {manifest.name!r}, "
+            f"{str(state_dir)!r}) to continue from its committed state.",
+            checkpointed=manifest.checkpoint_uri is not None)
 
     # ---- facts ----------------------------------------------------------------------------
 
@@ -344,7 +366,9 @@ class SparkJoin:
         resume, and the returned DataFrame holds exactly the output of an uninterrupted
         run (one file per input batch, re-delivered batches replace their file).  Without
         ``resume=True`` such a call raises :class:`PopulationStateError`; the other remedy
-        is a new ``state_dir``.  Within a partition, rows are sorted before loading so
+        is a new ``state_dir``.  If the population completed but its caller never got the
+        result (the driver died after recording it), ``populate(resume=True)`` returns
+        the recorded output.  Within a partition, rows are sorted before loading so
         that a resumed task sees the same batches as the failed one (resuming checks a
         digest of the batches it skips and refuses input that changed); the ``"files"``
         read needs no sort (file order is the same every time).  A resumed call reads
@@ -365,11 +389,31 @@ class SparkJoin:
                 f"join {self.name!r} was re-attached with SparkJoin.open(), which has no "
                 "snapshot DataFrames; populate() runs on the SparkJoin(...) that created it"
             )
-        if self.manifest.populated is not None:
+        with self._ops.hold():
+            self._resolve()
+            if self.manifest.populated is not None:
+                if resume:
+                    return self._populated_output()
+                raise PopulationStateError(
+                    f"join {self.name!r} in {self.state_dir} was populated already (operation "
+                    f"{self.manifest.populated}); use apply() for changes, or a new state_dir"
+                )
+            return self._populate(strategy, small_side, resume, read)
+
+    def _populated_output(self) -> DataFrame:
+        """The output of the recorded population (``populate(resume=True)`` after it)."""
+        op = str(self.manifest.populated)
+        out_dir = self._outputs.child(op)
+        if not out_dir.exists():
             raise PopulationStateError(
-                f"join {self.name!r} in {self.state_dir} was populated already (operation "
-                f"{self.manifest.populated}); use apply() for changes, or a new state_dir"
-            )
+                f"join {self.name!r} in {self.state_dir} was populated (operation {op}), "
+                f"but its output {out_dir.uri} is gone (keep_outputs removed it?); the state "
+                "is complete: use apply() for changes")
+        self._completed(out_dir)
+        return self._read(out_dir)
+
+    def _populate(self, strategy: str, small_side: SideName | None, resume: bool, read: str
+                  ) -> DataFrame:
         running = self.manifest.populating
         if running is not None and not resume:
             raise PopulationStateError(
@@ -521,29 +565,35 @@ class SparkJoin:
         """Apply a change DataFrame (the side's columns + ``_weight``) to ``side``.
 
         Returns the output change set as a DataFrame over Parquet (eager, exactly once:
-        see the module docstring).  A change of up to
-        :data:`spark_io.routing.COLLECT_MAX_ROWS` rows is collected and cut by shard on
-        the driver (two small jobs; none for a change Spark proves empty), a larger one
-        is routed by a shuffle (:meth:`_apply`).  Each shard's part of the change is one WriteBatch
-        committed with the operation id; calling ``apply`` again with the same ``op_id``
-        returns the recorded output and applies nothing.  ``op_id``: letters, digits,
-        ``.``, ``_``, ``-``.
+        see the module docstring).  The change is evaluated once and checked on the
+        driver first (column types, NULL weights: nothing runs if it is refused): up to
+        :data:`spark_io.routing.COLLECT_MAX_ROWS` rows are collected and cut by shard on
+        the driver, then applied by one job of one task per shard they reach (none for an
+        empty change); a larger one is written to Parquet once and routed by a shuffle.
 
-        If the call fails, the output directory it created is removed, and the error
-        carries a note with the operation id: shards that finished have committed it,
-        so ``apply(side, changes, op_id=<that id>)`` completes the change exactly once.
+        All shards or none: the operation ``op_id`` (letters, digits, ``.``, ``_``,
+        ``-``; default a fresh id) is recorded with a digest of the whole change before
+        any task runs, and committed only when every shard has applied its part; if any
+        shard fails, every shard is rolled back (from undo records, or to its committed
+        checkpoint with ``checkpoint_uri``) and the error says so.  ``apply`` with an
+        ``op_id`` already committed returns the recorded output and applies nothing if
+        the change is the same, and raises :class:`joinstate.CommitConflictError` if it
+        is not, before any task runs.  The join must have been populated first
+        (:class:`~spark_io.PopulationStateError` otherwise).
         """
         side = args.check_side(side)
         changes = args.check_dataframe(changes, "changes")
         op = args.check_op_id(op_id, "op_id") or _operation_id("apply")
         rows = self._conform_changes(side, changes)  # schema checked before any directory
-        out_dir, created = self._output_dir(op, "apply")
-        with undone_on_failure(out_dir, created, failed_apply_note(
-                op, f"apply({side!r}, <the same changes>, op_id={op!r})",
-                self.checkpoint_uri is not None)):
-            self._apply(side, rows, commit_id=f"spark-apply:{op}", out_dir=out_dir,
-                        operation=op, kind="apply")
-        self._completed(out_dir)
+        with self._ops.hold():
+            self._ready("apply")
+            out_dir, created = self._output_dir(op, "apply")
+            with undone_on_failure(out_dir, created, failed_apply_note(
+                    op, f"apply({side!r}, <the same changes>, op_id={op!r})",
+                    self.checkpoint_uri is not None)):
+                self._operate(side, rows, op=op, kind="apply", commit_id=f"spark-apply:{op}",
+                              out_dir=out_dir)
+            self._completed(out_dir)
         return self._read(out_dir)
 
     def foreach_batch_sink(
@@ -552,11 +602,14 @@ class SparkJoin:
     ) -> Callable[[DataFrame, int], None]:
         """A ``foreachBatch`` function applying each micro-batch to ``side`` exactly once.
 
-        The micro-batch's id is committed with each shard's change in one WriteBatch;
-        a replayed batch id (Spark re-runs the last batch after a failure) returns the
-        output recorded the first time.  Output goes to Parquet under
-        ``<output_path>/batch_id=<id>/``, replaced on replay, so the sink is idempotent;
-        ``spark.read.parquet(output_path)`` reads every batch with a ``batch_id`` column.
+        Each micro-batch is an operation as :meth:`apply` runs one (all shards or none,
+        recorded with the digest of its change), whose id is the batch id; a replayed
+        batch id (Spark re-runs the last batch after a failure) with the same change
+        rewrites the output recorded the first time and applies nothing, with another
+        change raises :class:`joinstate.CommitConflictError`.  Output goes to Parquet
+        under ``<output_path>/batch_id=<id>/``, replaced on replay, so the sink is
+        idempotent; ``spark.read.parquet(output_path)`` reads every batch with a
+        ``batch_id`` column.
 
         A micro-batch of up to :data:`spark_io.routing.COLLECT_MAX_ROWS` rows costs one
         small job that collects it and one job of one task per shard it touches; an
@@ -566,7 +619,7 @@ class SparkJoin:
         ``sink_id`` names the stream in the commit ids (default: from ``side`` and
         ``output_path``).  A new query (new checkpoint, batch ids from 0 again) needs a
         new ``sink_id`` or ``output_path``.  Each shard keeps the ids of its last
-        ``retain`` batches.
+        ``retain`` batches (and the driver their operation records).
         """
         side = args.check_side(side)
         base = OutputDir(args.check_location(output_path, "output_path", SchemaMismatchError))
@@ -577,49 +630,122 @@ class SparkJoin:
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
             rows = self._conform_changes(side, args.check_dataframe(batch_df, "batch_df"))
-            out_dir = base.child(f"batch_id={batch_id}")
-            out_dir.remove()  # a replay: rewritten from the recorded outputs
-            out_dir.make()
-            try:
-                self._apply(side, rows, commit_id=f"{prefix}{batch_id}", out_dir=out_dir,
-                            operation=f"{sid}-{batch_id}", kind="micro-batch",
-                            forget=(prefix, batch_id - retain + 1), report_in=out_dir)
-            except BaseException:
-                # Spark runs the batch again after a restart; no partial batch meanwhile.
-                out_dir.remove()
-                raise
+            op = f"{sid}-{batch_id}"
+            with self._ops.hold():
+                self._ready("a micro-batch")
+                out_dir = base.child(f"batch_id={batch_id}")
+                self._operate(side, rows, commit_id=f"{prefix}{batch_id}", out_dir=out_dir,
+                              op=op, kind="micro-batch", forget=(prefix, batch_id - retain + 1),
+                              report_in=out_dir, rewrite=True)
+                self._ops.log.forget(f"{sid}-{batch_id - retain}")
 
         return sink
 
-    def _apply(self, side: SideName, rows: DataFrame, *, commit_id: str, out_dir: OutputDir,
-               operation: str, kind: str, forget: tuple[str, int] | None = None,
-               report_in: OutputDir | None = None) -> None:
-        """Apply conformed change rows (:meth:`_conform_changes`).
+    def _ready(self, what: str) -> None:
+        """Resolve an operation a dead driver left; refuse a change before population.
 
-        A small change set is collected and cut by shard on the driver, then applied by
-        one job of one task per shard it touches; an empty one runs no job; a large one
-        is routed by Spark (:mod:`spark_io.routing`).
+        A change to an unpopulated join would make its population fail later.
+        """
+        self._resolve()
+        if self.manifest.populated is None:
+            raise PopulationStateError(
+                f"join {self.name!r} in {self.state_dir} has not been populated, so {what} "
+                "cannot be applied: call populate() first (with empty snapshots to start "
+                "from no rows); nothing was applied")
+
+    def _resolve(self) -> None:
+        """Roll back (or mark committed) the operation a driver left running."""
+        self._ops.resolve(self.manifest.committed_op,
+                          lambda rec: self._rollback(rec.op, range(self.shards)))
+
+    def _rollback(self, op: str, shards: Iterable[int]) -> None:
+        """One job rolling every listed shard back from ``op``'s undo records."""
+        ids = sorted(set(shards))
+        if not ids:
+            return
+        task = RollbackTask(self.storage, options_to_dict(self.options),
+                            UndoPlan(self.name, "", rollback=(op,)))
+        batches = [pa.record_batch([pa.array([i], pa.int64())], names=["id"]) for i in ids]
+        run_job(self.spark, self.spark.sparkContext.parallelize(batches, len(batches)), task,
+                "rollback")
+
+    def _operate(self, side: SideName, rows: DataFrame, *, op: str, kind: str, commit_id: str,
+                 out_dir: OutputDir, forget: tuple[str, int] | None = None,
+                 report_in: OutputDir | None = None, rewrite: bool = False) -> None:
+        """Run one operation on conformed change rows (:meth:`_conform_changes`).
+
+        The change is evaluated once (:func:`spark_io.operation.collect_change`) and its
+        digest recorded before any task runs; a committed ``op`` is replayed.  A small
+        change is cut by shard on the driver and applied by one job of one task per
+        shard it touches (none if it is empty); a large one is routed by Spark
+        (:mod:`spark_io.routing`).  On failure every shard is rolled back.  ``rewrite``
+        (a micro-batch): ``out_dir`` is emptied once the change is known to be this
+        operation's (a replay rewrites it from the recorded outputs), and removed if
+        the operation fails (no partial batch meanwhile; Spark runs it again).
         """
         t0 = time.perf_counter()
-        task = ApplyTask(
-            self.manifest, self.storage, options_to_dict(self.options), side=side,
-            output_dir=out_dir.uri, commit_id=commit_id,
-            forget_prefix=forget[0] if forget else None,
-            keep_after=forget[1] if forget else None,
-        )
-        jobs: tuple[JobReport, ...] = ()
-        table = collect_small(rows)
-        if table is None:
-            jobs = (self._run_job(route(rows, self.manifest, side), task, side),)
-        else:
-            pieces = split(table, self.manifest, side)
-            if pieces:  # an empty change set needs no job: no shard changes
-                source = self.spark.sparkContext.parallelize(pieces, len(pieces))
-                jobs = (self._run_job(source, task, side),)
+        spill = self._outputs.child(f"_change-{op}-{uuid.uuid4().hex[:8]}")
+        try:
+            change = collect_change(rows, self.manifest.side(side).schema, side, side, spill,
+                                    run_job)
+            rec, replay = self._ops.start(op, kind, side, change.digest, out_dir.uri)
+            if rewrite:
+                out_dir.remove()
+                out_dir.make()
+            checkpointed = self.checkpoint_uri is not None
+            task = ApplyTask(
+                self.manifest, self.storage, options_to_dict(self.options), side=side,
+                output_dir=out_dir.uri, commit_id=commit_id,
+                forget_prefix=forget[0] if forget else None,
+                keep_after=forget[1] if forget else None,
+                undo=None if checkpointed else UndoPlan(self.name, op,
+                                                        bytes.fromhex(change.digest)),
+                replay_only=replay,
+            )
+            source: DataFrame | RDD[Any] | None = None
+            touched: Iterable[int] = range(self.shards)
+            if change.table is None:
+                assert change.files is not None
+                frame = self.spark.read.schema(rows.schema).parquet(change.files.spark_path)
+                source = route(frame, self.manifest, side)
+            else:
+                pieces = split(change.table, self.manifest, side)
+                touched = [int(p.column(SHARD)[0].as_py()) for p in pieces]
+                if pieces:  # an empty change set needs no job: no shard changes
+                    source = self.spark.sparkContext.parallelize(pieces, len(pieces))
+            jobs: tuple[JobReport, ...] = ()
+            try:
+                if source is not None:
+                    jobs = (run_job(self.spark, source, task, side),)
+                if not replay:
+                    self._commit_operation(rec, jobs)
+            except BaseException as exc:
+                if rewrite:
+                    out_dir.remove()
+                if not replay:
+                    self._ops.abort(rec, exc, lambda r: self._rollback(r.op, touched))
+                raise
+        finally:
+            spill.remove()
         self._finish(SparkReport(
-            join=self.name, operation=operation, kind=kind, shards=self.shards,
+            join=self.name, operation=op, kind=kind, shards=self.shards,
             output_path=out_dir.uri, seconds=time.perf_counter() - t0, jobs=jobs,
         ), report_in)
+
+    def _commit_operation(self, rec: OperationRecord, jobs: Sequence[JobReport]) -> None:
+        """Commit ``rec``.
+
+        With checkpoints, the manifest's write of the new ids (which names the
+        operation) is the commit, and its record follows; without, the record is.
+        """
+        if self.manifest.checkpoint_uri is not None:
+            found: dict[str, str] = {}
+            for job in jobs:
+                found.update(checkpoints_of(job))
+            self.manifest = self.manifest.replace(
+                checkpoints={**self.manifest.checkpoints, **found}, committed_op=rec.op)
+            self.manifest.write(self.state_dir)
+        self._ops.commit(rec)
 
     def _conform_changes(self, side: SideName, changes: DataFrame) -> DataFrame:
         """Select the side's columns (checked castable) and ``_weight`` as a long."""
@@ -645,6 +771,9 @@ class SparkJoin:
         """
         side = args.check_side(side)
         check_executors(self.spark)
+        if self._ops.log.running() is not None:
+            with self._ops.hold():
+                self._resolve()
         schema = T.StructType([*self.side_schema(side).fields,
                                T.StructField(WEIGHT, T.LongType(), False)])
         task = StateTask(self.manifest, self.storage, options_to_dict(self.options),
@@ -762,13 +891,29 @@ def run_job(spark: SparkSession, df: DataFrame | RDD[Any], task: Callable[..., A
         else:
             rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
     except Exception as exc:  # Spark wraps task failures; surface the library error
+        if isinstance(exc, SparkIOError) or not _from_spark(exc):
+            raise
         err = translate_task_error(exc)
         if err is None:
-            raise
+            err = SparkJobError(
+                f"a Spark job ({side}) failed outside joinstate: {task_reason(exc)}; see the "
+                "executor logs (err.spark_error holds Spark's exception)")
         # Spark's exception (with the executor's traceback) stays on err.spark_error.
+        err.spark_error = exc  # type: ignore[attr-defined]
         raise err from None
-    return JobReport(side=side, seconds=time.perf_counter() - t0,
-                     shards=tuple(ShardReport.from_row(r) for r in rows))
+    shards = tuple(ShardReport.from_row(r) for r in rows)
+    for shard in shards:
+        if "error" in shard.detail:  # a task reported the library error it met
+            err = error_from_detail(shard.detail["error"])
+            err.spark_error = None  # type: ignore[attr-defined]  # no task failed
+            raise err from None
+    return JobReport(side=side, seconds=time.perf_counter() - t0, shards=shards)
+
+
+def _from_spark(exc: BaseException) -> bool:
+    """Whether ``exc`` is Spark's (py4j's or pyspark's) report of a failed job."""
+    module = type(exc).__module__
+    return module.startswith(("py4j", "pyspark"))
 
 
 def _report_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
@@ -789,12 +934,10 @@ def checkpoints_of(job: JobReport) -> dict[str, str]:
 
 def failed_apply_note(op: str, call: str, checkpointed: bool) -> str:
     """What a failed ``apply`` left behind and how to complete it (added to the error)."""
-    if checkpointed:
-        return (f"apply operation id {op!r} was not committed: with checkpoint_uri, shards "
-                f"that ran it are rolled back to their committed checkpoints; {call} (or "
-                "any op_id) applies it once")
-    return (f"apply operation id {op!r}: shards that finished committed it; {call} "
-            "completes it exactly once")
+    how = ("rolled back to their committed checkpoints" if checkpointed
+           else "rolled back from their undo records")
+    return (f"apply operation id {op!r} was not committed: shards that ran it are {how}; "
+            f"{call}, or with a corrected change, applies it once")
 
 
 @contextlib.contextmanager

@@ -18,7 +18,9 @@ where a row goes and how it is stored:
   its last **committed** checkpoint (``checkpoints``).  The driver records them after
   every successful job; a task opens its shard as exactly that checkpoint
   (:class:`ShardStorage`), so work of a failed job that some shard checkpointed anyway is
-  rolled back on the next access, wherever the shard runs.
+  rolled back on the next access, wherever the shard runs.  The write that records an
+  operation's checkpoints also records its id (``committed_op``): that write is the
+  operation's commit (:mod:`spark_io.operation`).
 
 Layout of a state directory::
 
@@ -208,6 +210,8 @@ class Manifest:
     output_uri: str | None = None
     """Where operation outputs go (:mod:`spark_io.outputs`); None: ``<state_dir>/_spark/
     outputs`` (manifests written before it was recorded)."""
+    committed_op: str | None = None
+    """The last operation whose checkpoints this manifest commits (with checkpoints)."""
 
     def __post_init__(self) -> None:
         # Spark's join-type aliases ("outer", "leftouter", ...) are stored as joinstate's.
@@ -272,7 +276,7 @@ class Manifest:
         return json.dumps(
             {"format": FORMAT, **self.spec(), "populated": self.populated,
              "populating": self.populating, "checkpoints": self.checkpoints,
-             "output_uri": self.output_uri},
+             "output_uri": self.output_uri, "committed_op": self.committed_op},
             indent=2, sort_keys=True,
         )
 
@@ -297,7 +301,7 @@ class Manifest:
                 populated=raw.get("populated"), partitioner=str(raw["partitioner"]),
                 populating=raw.get("populating"), checkpoint_uri=raw.get("checkpoint_uri"),
                 checkpoints={str(k): str(v) for k, v in (raw.get("checkpoints") or {}).items()},
-                output_uri=raw.get("output_uri"),
+                output_uri=raw.get("output_uri"), committed_op=raw.get("committed_op"),
             )
         except (KeyError, IndexError, TypeError) as exc:
             raise ManifestError(f"{where} lacks a field: {exc!r}") from exc

@@ -38,19 +38,24 @@ next stages read them from there.  Stage inputs that received nothing are skippe
 change that a filter drops, or that touches no group, stops early.
 
 Exactly once.  As with :class:`spark_io.SparkJoin`, operations are **eager** and the
-returned DataFrames read Parquet files written once.  A retried task, or the same
-operation run again (``apply(..., op_id=<same id>)``, a replayed micro-batch id), finds
-each shard's commit id recorded and gets the recorded output back instead of applying
-again; since every stage's input is then the same, every downstream stage replays too.
+returned DataFrames read Parquet files written once.  An ``apply`` or micro-batch is
+one operation (:mod:`spark_io.operation`): its change is evaluated once, checked on the
+driver, and recorded with its digest before any task runs.  A retried task finds each
+shard's commit id recorded and gets the recorded output back instead of applying again;
+the same operation run again (``apply(..., op_id=<same id>)``, a replayed micro-batch
+id) with the same change replays every stage, and with another change is refused
+before any task runs.
 
-Failures.  Atomicity is per (stage, shard, push), not per operation: if an operation
-fails at its third stage, the first two have committed.  Re-running it with the same
-operation id (the note on the error names it) completes it exactly once, which covers
-transient failures (a lost executor, a full disk, a busy shard).  A change the sources
-cannot take (deleting a row that is not there) is normally refused by the first stage
-that indexes that source (its index holds the unfiltered rows, as in-process), before
-any later stage runs; only stateless tail stages (a source's filters that are outputs)
-run earlier, and they hold no state.
+Failures.  All stages and shards or none: without checkpoints every (stage, shard)
+push records its undo in its own WriteBatch, and if any task of any stage fails, or
+the driver dies before the operation is committed, every store is rolled back (at
+once, or by the next operation).  With checkpoints the committed checkpoints are
+simply kept.  A change the sources cannot take (deleting a row that is not there) is
+refused by the first stage that indexes that source (its index holds the unfiltered
+rows, as in-process) and reported by its task without failing it, so Spark logs no
+failed task; the driver raises the library's error.  Population is not atomic but
+resumable: ``populate(resume=True)`` skips the sources whose push completed (recorded
+in the manifest) and replays the rest from their commit ids.
 
 Change sets are consolidated per shard and push (as ``joinstate.Pipeline.push`` does);
 an output fed by several stages or shards (a ``union_all`` of two stages' outputs, a
@@ -85,6 +90,7 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,10 +103,10 @@ from pyspark.sql import types as T
 from joinstate import WEIGHT, JoinSpecMismatchError, SchemaMismatchError
 from joinstate._graph import SourceNode
 from joinstate.catalog import spec_diff
-from joinstate.names import validate_name
+from joinstate.names import pipeline_owner, validate_name
 from joinstate.schema import check_column_types
 from spark_io import args, routing
-from spark_io._worker import options_to_dict
+from spark_io._worker import OUTPUT_PARQUET, RollbackTask, UndoPlan, options_to_dict
 from spark_io.errors import ManifestError, PopulationStateError
 from spark_io.executors import check_executors
 from spark_io.job import (
@@ -117,6 +123,7 @@ from spark_io.job import (
     write_report,
 )
 from spark_io.manifest import PARTITIONER, ShardStorage, other_owners
+from spark_io.operation import OperationRecord, Operations, collect_change
 from spark_io.outputs import OutputDir
 from spark_io.report import JobReport, SparkReport
 from spark_io.routing import SHARD, collect_small, partition_key_column
@@ -200,7 +207,7 @@ class SparkPipeline:
             raise SchemaMismatchError(
                 f"definition must be a callable (pipeline) -> None that builds the graph on "
                 f"the joinstate.Pipeline it is given, got {type(definition).__name__}")
-        state = args.check_path(state_dir, "state_dir")
+        state = args.check_state_dir(state_dir)
         shards = args.check_shards(shards)
         options = args.check_options(options)
         keep = args.check_keep_outputs(keep_outputs)
@@ -243,7 +250,7 @@ class SparkPipeline:
         self._recorder = recorder
         self._manifest = stored
         self._schemas = schemas
-        self._owner = f"pipeline~{name}"
+        self._owner = pipeline_owner(name)
         self.checkpoint_uri: str | None = stored["spec"].get("checkpoint_uri")
         self.local_dir = local
         self.keep_checkpoints = keep_ck
@@ -251,6 +258,11 @@ class SparkPipeline:
         # plus, during an operation, those its jobs produced so far.
         self._current: dict[str, str] = dict(stored.get("checkpoints") or {})
         self._outputs = OutputDir(_outputs_of(stored, state))
+        self._ops = Operations(
+            state, self._owner, f"pipeline {name!r} in {state}",
+            "Re-attach (spark_io.SparkPipeline(spark, <the same definition>, "
+            f"{str(state)!r}, name={name!r})) to continue from its committed state.",
+            checkpointed=uri is not None)
 
     @classmethod
     def from_sql(cls, spark: SparkSession, sql: str, sources: Mapping[str, Any], *,
@@ -334,8 +346,12 @@ class SparkPipeline:
         sources with a unique key (dimensions) first, then by row count, smallest first,
         so that big pushes probe complete small indexes.  Sources not given stay empty.
         Population happens once per state directory.  If the call fails, the error says
-        so and ``populate(<the same snapshots>, resume=True)`` continues it: the pushes
-        that completed are replayed from their commit ids, not applied again.
+        so and ``populate(<the same snapshots>, resume=True)`` continues it: sources whose
+        push completed are skipped (the manifest records them with that push's
+        checkpoints), a push cut short is replayed from its commit ids, not applied again.
+        If the population completed but its caller never got the result (the driver died
+        after recording it), ``populate(..., resume=True)`` returns the recorded outputs.
+        Every stage store's pipeline is set live when the population completes.
         """
         if not isinstance(sources, Mapping) or not sources:
             raise SchemaMismatchError(
@@ -344,11 +360,33 @@ class SparkPipeline:
         resume = args.check_bool(resume, "resume")
         rows = {s: self._conform(s, args.check_dataframe(df, f"sources[{s!r}]"))
                 for s, df in sources.items()}
-        if self._manifest.get("populated") is not None:
+        with self._ops.hold():
+            self._resolve()
+            if self._manifest.get("populated") is not None:
+                if resume:
+                    return self._populated_outputs()
+                raise PopulationStateError(
+                    f"pipeline {self.name!r} in {self.state_dir} was populated already "
+                    f"(operation {self._manifest['populated']}); use apply() for changes, or "
+                    "a new state_dir")
+            return self._populate(rows, order, resume)
+
+    def _populated_outputs(self) -> dict[str, DataFrame]:
+        """The outputs of the recorded population (``populate(resume=True)`` after it)."""
+        op = str(self._manifest["populated"])
+        out_dir = self._outputs.child(op)
+        if not out_dir.exists():
             raise PopulationStateError(
-                f"pipeline {self.name!r} in {self.state_dir} was populated already "
-                f"(operation {self._manifest['populated']}); use apply() for changes, or a "
-                "new state_dir")
+                f"pipeline {self.name!r} in {self.state_dir} was populated (operation {op}), "
+                f"but its output {out_dir.uri} is gone (keep_outputs removed it?); the state "
+                "is complete: use apply() for changes")
+        sources = [n for n, is_dir in out_dir.entries() if is_dir and n in self.sources]
+        return {o: self._read([out_dir.child(f"{s}/n{nid}") for s in sources],
+                              self.output_schema(o))
+                for o, nid in self.plan.outputs.items()}
+
+    def _populate(self, rows: dict[str, DataFrame], order: Sequence[str] | None,
+                  resume: bool) -> dict[str, DataFrame]:
         running = self._manifest.get("populating")
         if running is not None and not resume:
             raise PopulationStateError(
@@ -375,17 +413,27 @@ class SparkPipeline:
         t0 = time.perf_counter()
         op = str(running["operation"]) if running is not None else operation_id("populate")
         if running is None:
-            self._manifest["populating"] = {"operation": op, "order": order}
+            self._manifest["populating"] = {"operation": op, "order": order, "done": {}}
             _write_json(manifest_path(self.state_dir, self.name), self._manifest)
+        populating = self._manifest["populating"]
+        # Sources whose push completed (a resumed call skips them): recorded with the
+        # checkpoints of that push, in one manifest write, before their commit ids are
+        # forgotten; each with the nodes its push produced output for.
+        done: dict[str, list[int]] = dict(populating.get("done") or {})
         out_dir, _ = open_output_dir(self._outputs, self._owner, op, "populate")
         jobs: list[JobReport] = []
         produced: dict[str, set[int]] = {}
         try:
             for s in order:
-                produced[s] = self._propagate(s, rows[s], out_dir.child(s), f"spark-populate:{op}:",
-                                              jobs, small=False)
-                self._commit_checkpoints()  # each source's push is replayed, not redone
-            jobs.append(self._control(forget_prefix=f"spark-populate:{op}:"))
+                if s in done:
+                    produced[s] = {int(n) for n in done[s]}
+                    continue
+                produced[s] = self._propagate(s, rows[s], out_dir.child(s),
+                                              f"spark-populate:{op}:", jobs, small=False)
+                done[s] = sorted(produced[s])
+                populating["done"] = dict(done)
+                self._commit_checkpoints(always=True)
+            jobs.append(self._control(forget_prefix=f"spark-populate:{op}:", go_live=True))
             self._commit_checkpoints()
         except BaseException as exc:
             self._rollback_checkpoints()
@@ -409,23 +457,29 @@ class SparkPipeline:
 
         Returns every output's change set as a DataFrame over Parquet (eager, exactly
         once: see the module docstring); an output the change does not reach is empty.
-        Calling ``apply`` again with the same ``op_id`` returns the recorded outputs and
-        applies nothing.  If the call fails, its output directory is removed and the
-        error carries a note with the operation id: ``apply(source, <the same changes>,
-        op_id=<that id>)`` completes the change exactly once.
+        The change is evaluated once and checked on the driver (types, NULL weights)
+        before any task runs.  All stages and shards or none: the operation ``op_id``
+        is recorded with a digest of the whole change first and committed when every
+        stage has run; if any (stage, shard) fails, every store is rolled back (undo
+        records, or the committed checkpoints with ``checkpoint_uri``) and the error
+        says so.  ``apply`` with an ``op_id`` already committed returns the recorded
+        outputs and applies nothing if the change is the same, and raises
+        :class:`joinstate.CommitConflictError` before any task runs if it is not.
         """
         changes = args.check_dataframe(changes, "changes")
         op = args.check_op_id(op_id, "op_id") or operation_id("apply")
         rows = self._conform(source, changes)  # checked before any directory
         t0 = time.perf_counter()
-        out_dir, created = open_output_dir(self._outputs, self._owner, op, "apply")
-        jobs: list[JobReport] = []
-        with undone_on_failure(out_dir, created, failed_apply_note(
-                op, f"apply({source!r}, <the same changes>, op_id={op!r})",
-                self.checkpoint_uri is not None)), self._checkpoint_commit():
-            produced = self._propagate(source, rows, out_dir.child(source), f"spark-apply:{op}:",
-                                       jobs)
-        return self._finish(op, "apply", out_dir, {source: produced}, jobs, t0)
+        with self._ops.hold():
+            self._resolve()
+            out_dir, created = open_output_dir(self._outputs, self._owner, op, "apply")
+            jobs: list[JobReport] = []
+            with undone_on_failure(out_dir, created, failed_apply_note(
+                    op, f"apply({source!r}, <the same changes>, op_id={op!r})",
+                    self.checkpoint_uri is not None)):
+                produced = self._operate(source, rows, op, "apply", out_dir,
+                                         out_dir.child(source), f"spark-apply:{op}:", jobs)
+            return self._finish(op, "apply", out_dir, {source: produced}, jobs, t0)
 
     def foreach_batch_sink(
         self, source: str, output_path: str | Path, *, sink_id: str | None = None,
@@ -433,15 +487,17 @@ class SparkPipeline:
     ) -> Callable[[DataFrame, int], None]:
         """A ``foreachBatch`` function applying each micro-batch to ``source`` exactly once.
 
-        Every stage shard commits the micro-batch's id with its change (commit ids
-        ``spark-stream:<sink_id>:<batch id>:...``); a replayed batch id (Spark re-runs
-        the last batch after a failure) gets the recorded outputs back and applies
-        nothing.  Output ``o`` of batch ``b`` goes to Parquet under
-        ``<output_path>/<o>/batch_id=<b>/`` (replaced on replay; read it with
-        ``spark.read.schema(sp.output_schema(o)).parquet(f"{output_path}/{o}")``).
+        Each micro-batch is an operation as :meth:`apply` runs one (all stages and
+        shards or none, recorded with the digest of its change), committed under the
+        commit ids ``spark-stream:<sink_id>:<batch id>:...``; a replayed batch id (Spark
+        re-runs the last batch after a failure) with the same change gets the recorded
+        outputs back and applies nothing, with another change raises
+        :class:`joinstate.CommitConflictError`.  Output ``o`` of batch ``b`` goes to
+        Parquet under ``<output_path>/<o>/batch_id=<b>/`` (replaced on replay; read it
+        with ``spark.read.schema(sp.output_schema(o)).parquet(f"{output_path}/{o}")``).
         ``sink_id`` names the stream (default: from ``source`` and ``output_path``); a new
         query (batch ids from 0 again) needs a new one.  Each shard keeps the commit
-        records of its last ``retain`` batches.
+        records of its last ``retain`` batches (and the driver their operation records).
         """
         self._recorder.source_schema(source)  # raises naming the sources
         base = OutputDir(args.check_location(output_path, "output_path", SchemaMismatchError))
@@ -454,30 +510,79 @@ class SparkPipeline:
             rows = self._conform(source, args.check_dataframe(batch_df, "batch_df"))
             t0 = time.perf_counter()
             op = f"stream-{sid}-{batch_id}"
-            work = self._outputs.child(op)
-            work.remove()  # a failed attempt's leftovers
             jobs: list[JobReport] = []
-            try:
-                with self._checkpoint_commit():
-                    produced = self._propagate(
-                        source, rows, work.child(source), f"{prefix}{batch_id}:", jobs,
-                        forget=(prefix, batch_id - retain + 1))
-                for o, nid in self.plan.outputs.items():
-                    target = base.child(f"{o}/batch_id={batch_id}")
-                    target.remove()
-                    found = work.child(f"{source}/n{nid}")
-                    if nid in produced and found.exists():
-                        found.copy_to(target)
-                    else:
-                        target.make()
-            finally:
-                work.remove()
+            with self._ops.hold():
+                self._resolve()
+                work = self._outputs.child(op)
+                work.remove()  # a failed attempt's leftovers
+                try:
+                    produced = self._operate(
+                        source, rows, op, "micro-batch", work, work.child(source),
+                        f"{prefix}{batch_id}:", jobs, forget=(prefix, batch_id - retain + 1))
+                    for o, nid in self.plan.outputs.items():
+                        target = base.child(f"{o}/batch_id={batch_id}")
+                        target.remove()
+                        found = work.child(f"{source}/n{nid}")
+                        if nid in produced and found.exists():
+                            found.copy_to(target)
+                        else:
+                            target.make()
+                finally:
+                    work.remove()
+                self._ops.log.forget(f"stream-{sid}-{batch_id - retain}")
             self._report(SparkReport(
                 join=self.name, operation=op, kind="micro-batch", shards=self.shards,
                 output_path=base.uri, seconds=time.perf_counter() - t0, jobs=tuple(jobs),
             ), (base.child("_reports"), f"batch_id={batch_id}.json"))
 
         return sink
+
+    def _resolve(self) -> None:
+        """Roll back (or mark committed) the operation a driver left running."""
+        self._ops.resolve(self._manifest.get("committed_op"), lambda r: self._rollback(r.op))
+
+    def _rollback(self, op: str) -> None:
+        """One job rolling every (stage, shard) store back from ``op``'s undo records."""
+        task = RollbackTask(self._storage(), options_to_dict(self.options),
+                            UndoPlan(self._owner, "", rollback=(op,)),
+                            stages=tuple(s.label for s in self.plan.stages))
+        parallel = max(1, min(self.shards, self.spark.sparkContext.defaultParallelism))
+        ids = self.spark.sparkContext.parallelize(list(range(self.shards)), parallel)
+        run_job(self.spark, ids, task, "rollback")
+
+    def _operate(self, source: str, rows: DataFrame, op: str, kind: str, op_dir: OutputDir,
+                 out_dir: OutputDir, commit_base: str, jobs: list[JobReport], *,
+                 forget: tuple[str, int] | None = None) -> set[int]:
+        """Run one operation: ``rows`` pushed into ``source`` and on through every stage.
+
+        The change is evaluated once (:func:`spark_io.operation.collect_change`) and its
+        digest recorded before any task runs; a committed ``op`` is replayed.  On
+        failure every store is rolled back.  Returns the nodes with output (as
+        :meth:`_propagate`).
+        """
+        spill = self._outputs.child(f"_change-{op}-{uuid.uuid4().hex[:8]}")
+        try:
+            change = collect_change(rows, self._recorder.source_schema(source), source,
+                                    f"source {source!r}", spill, run_job)
+            rec, replay = self._ops.start(op, kind, source, change.digest, op_dir.uri)
+            data: DataFrame | pa.Table
+            if change.table is not None:
+                data = change.table
+            else:
+                assert change.files is not None
+                data = self.spark.read.schema(rows.schema).parquet(change.files.spark_path)
+            undo = None if self.checkpoint_uri is not None else UndoPlan(
+                self._owner, op, bytes.fromhex(change.digest))
+            try:
+                with self._checkpoint_commit(None if replay else rec):
+                    return self._propagate(source, data, out_dir, commit_base, jobs,
+                                           forget=forget, undo=undo, replay_only=replay)
+            except BaseException as exc:
+                if not replay:
+                    self._ops.abort(rec, exc, lambda r: self._rollback(r.op))
+                raise
+        finally:
+            spill.remove()
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -498,21 +603,29 @@ class SparkPipeline:
         return sorted(rows, key=lambda s: (self._recorder.source_unique_key(s) is None,
                                            counts[s], position[s]))
 
-    def _propagate(self, source: str, rows: DataFrame, out_dir: OutputDir, commit_base: str,
-                   jobs: list[JobReport], *, forget: tuple[str, int] | None = None,
-                   small: bool = True) -> set[int]:
+    def _propagate(self, source: str, rows: DataFrame | pa.Table, out_dir: OutputDir,
+                   commit_base: str, jobs: list[JobReport], *,
+                   forget: tuple[str, int] | None = None, small: bool = True,
+                   undo: UndoPlan | None = None, replay_only: bool = False) -> set[int]:
         """Push ``rows`` into ``source`` and on through every stage.
 
-        Returns the ids of the nodes whose change sets are non-empty (written to
-        ``<out_dir>/n<id>/``); appends every Spark job's report to ``jobs``.  With
+        ``rows``: a DataFrame, or a change collected as Arrow.  Returns the ids of the
+        nodes whose change sets are non-empty (written to ``<out_dir>/n<id>/``);
+        appends every Spark job's report to ``jobs``.  With
         ``small`` (changes, not a population), a stage input of at most
         :data:`spark_io.routing.COLLECT_MAX_ROWS` rows is routed on the driver.
+        ``undo``/``replay_only`` go to every stage task (:class:`StageTask`).
         """
         src_id = next(n.id for n in self.plan.nodes.values()
                       if isinstance(n, SourceNode) and n.name == source)
         produced: set[int] = set()
         uses = sum(i.boundary == src_id for s in self.plan.stages for i in s.inputs)
-        if uses > 1 or src_id in self.plan.outputs.values():
+        if isinstance(rows, pa.Table):
+            if rows.num_rows and src_id in self.plan.outputs.values():
+                out_dir.child(f"n{src_id}").write_table("part-source.parquet", rows,
+                                                        **OUTPUT_PARQUET)
+                produced.add(src_id)
+        elif uses > 1 or src_id in self.plan.outputs.values():
             # Evaluated once: every stage (and the output) must see the same change, even
             # if the DataFrame would differ when evaluated again (a growing source).
             where = out_dir.child(f"n{src_id}")
@@ -536,6 +649,7 @@ class SparkPipeline:
                     commit_id=f"{commit_base}{source}:{stage.label}:{inp.name}",
                     forget_prefix=forget[0] if forget else None,
                     keep_after=forget[1] if forget else None,
+                    undo=undo, replay_only=replay_only,
                 )
                 routed = self._routed(df, stage, inp, small)
                 if routed is None:  # no row: no shard changes, nothing to run
@@ -591,12 +705,12 @@ class SparkPipeline:
             return self.spark.createDataFrame([], schema)
         return self.spark.read.schema(schema).parquet(*found)
 
-    def _control(self, forget_prefix: str | None = None) -> JobReport:
+    def _control(self, forget_prefix: str | None = None, go_live: bool = False) -> JobReport:
         parallel = max(1, min(self.shards, self.spark.sparkContext.defaultParallelism))
         ids = self.spark.range(0, self.shards, 1, numPartitions=parallel)
-        task = StageControlTask(self.name, tuple(s.label for s in self.plan.stages),
-                                self._storage(), options_to_dict(self.options),
-                                forget_prefix=forget_prefix)
+        task = StageControlTask(self.name, self.plan.stages, self._storage(),
+                                options_to_dict(self.options), forget_prefix=forget_prefix,
+                                go_live=go_live)
         job = run_job(self.spark, ids, task, "control")
         self._current.update(checkpoints_of(job))
         return job
@@ -609,12 +723,22 @@ class SparkPipeline:
                             dict(self._current), self.keep_checkpoints,
                             committed=dict(self._manifest.get("checkpoints") or {}))
 
-    def _commit_checkpoints(self) -> None:
-        """Record the checkpoints the operation's jobs produced: the commit."""
+    def _commit_checkpoints(self, *, always: bool = False, op: str | None = None) -> None:
+        """Record the checkpoints the operation's jobs produced: the commit.
+
+        ``op`` (with checkpoints) is recorded in the same manifest write, naming the
+        operation it commits; ``always`` writes the manifest even if nothing changed
+        (it holds other news, such as a population's progress).
+        """
         committed = self._manifest.get("checkpoints") or {}
-        if self.checkpoint_uri is None or self._current == committed:
+        changed = self.checkpoint_uri is not None and (self._current != committed
+                                                       or op is not None)
+        if not (changed or always):
             return
-        self._manifest["checkpoints"] = dict(self._current)
+        if self.checkpoint_uri is not None:
+            self._manifest["checkpoints"] = dict(self._current)
+            if op is not None:
+                self._manifest["committed_op"] = op
         _write_json(manifest_path(self.state_dir, self.name), self._manifest)
 
     def _rollback_checkpoints(self) -> None:
@@ -622,14 +746,20 @@ class SparkPipeline:
         self._current = dict(self._manifest.get("checkpoints") or {})
 
     @contextlib.contextmanager
-    def _checkpoint_commit(self) -> Iterator[None]:
-        """Commit the block's checkpoints if it succeeds, roll them back if not."""
+    def _checkpoint_commit(self, rec: OperationRecord | None = None) -> Iterator[None]:
+        """Commit the block's checkpoints if it succeeds, roll them back if not.
+
+        ``rec``: the operation the block runs, marked committed after its checkpoints
+        (without checkpoints, that mark is the commit).
+        """
         try:
             yield
         except BaseException:
             self._rollback_checkpoints()
             raise
-        self._commit_checkpoints()
+        self._commit_checkpoints(op=None if rec is None else rec.op)
+        if rec is not None:
+            self._ops.commit(rec)
 
     def _finish(self, op: str, kind: str, out_dir: OutputDir, produced: dict[str, set[int]],
                 jobs: list[JobReport], t0: float) -> dict[str, DataFrame]:

@@ -45,7 +45,14 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from joinstate import Pipeline, SchemaMismatchError, StateStore, Stream, Transaction
+from joinstate import (
+    CommitConflictError,
+    Pipeline,
+    SchemaMismatchError,
+    StateStore,
+    Stream,
+    Transaction,
+)
 from joinstate._graph import (
     AggNode,
     FilterNode,
@@ -62,10 +69,12 @@ from joinstate.names import commit_prefix, pipeline_owner
 from spark_io._worker import (
     OUTPUT_PARQUET,
     OpenShard,
+    UndoPlan,
     _report,
     by_shard,
     open_store,
     options_from_dict,
+    reports_errors,
 )
 from spark_io.args import normalize_how
 from spark_io.manifest import ShardStorage, shard_key
@@ -162,13 +171,17 @@ class Op:
     suffixes: tuple[str, str] = ("", "_right")
     keys: tuple[str, ...] = ()
     aggs: tuple[tuple[str, str, pc.Expression | None], ...] = ()
+    retractions: str = "checked"
+    """Of a source: a pipeline source's own mode; ``unchecked`` for a stage input fed by
+    another stage (what it retracts that stage emitted)."""
 
 
 def _apply_op(p: Pipeline, op: Op, s: list[Stream]) -> Stream:
     ins = [s[i] for i in op.inputs]
     if op.kind == "source":
         assert op.schema is not None
-        return p.source(op.name, schema=op.schema, unique_key=op.unique_key)
+        return p.source(op.name, schema=op.schema, unique_key=op.unique_key,
+                        retractions=op.retractions)
     if op.kind == "filter":
         assert op.expr is not None
         return ins[0].filter(op.expr)
@@ -430,7 +443,8 @@ def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
         if src.id not in tails:
             continue
         bld = _Builder()
-        bld.add(Op("source", name=src.name, schema=src.schema, unique_key=src.unique_key))
+        bld.add(Op("source", name=src.name, schema=src.schema, unique_key=src.unique_key,
+                   retractions=src.retractions))
         made = [(f"n{m.id}", bld.tail(m, src, 0)) for m in tails[src.id]]
         names = tuple(src.schema.names)
         stages.append(Stage(
@@ -456,8 +470,9 @@ def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
                 name += "_"
             taken.add(name)
             uk = node.unique_key if isinstance(node, SourceNode) else None
+            mode = node.retractions if isinstance(node, SourceNode) else "unchecked"
             bld.sources[(node.id, cols)] = bld.add(
-                Op("source", name=name, schema=node.schema, unique_key=uk))
+                Op("source", name=name, schema=node.schema, unique_key=uk, retractions=mode))
             inputs.append(StageInput(name, node.id, node.label, cols, plan, node.schema))
         ins = tuple(bld.keyed(inp, key) for inp, key in _positions(s))
         me = bld.add(_stateful_op(s, ins))
@@ -519,17 +534,18 @@ class StageRouter:
 
 @contextmanager
 def open_stage_shard(storage: ShardStorage, pipeline: str, stage: str, shard: int,
-                     options: dict[str, Any] | None, *, read_only: bool = False
-                     ) -> Iterator[OpenShard]:
+                     options: dict[str, Any] | None, *, read_only: bool = False,
+                     undo: UndoPlan | None = None) -> Iterator[OpenShard]:
     """The store of one (stage, shard), open for the ``with`` block.
 
-    With a ``checkpoint_uri`` it is checkpointed after writes (see
+    With a ``checkpoint_uri`` it is checkpointed after writes; ``undo`` settles other
+    operations' undo records and captures this one's (see
     :func:`spark_io._worker.open_store`).
     """
     with open_store(storage, shard_key(shard, stage), options_from_dict(options),
                     read_only=read_only,
                     owner=f"shard {shard} of stage {stage} of pipeline {pipeline!r}",
-                    hint="run one SparkPipeline operation") as opened:
+                    hint="run one SparkPipeline operation", undo=undo) as opened:
         yield opened
 
 
@@ -564,7 +580,8 @@ class StageTask:
     or operation finds the id and gets the recorded outputs back).  Every output of the
     stage pipeline goes to ``<output_dir>/<output>/<tag>-shard-NNNNN.parquet``.
     ``forget_prefix``/``keep_after``: after the push, drop this stream's commit records
-    of micro-batches before ``keep_after``.
+    of micro-batches before ``keep_after``.  ``undo`` and ``replay_only`` as for
+    :class:`spark_io._worker.ApplyTask`.
     """
 
     pipeline: str
@@ -577,7 +594,10 @@ class StageTask:
     commit_id: str
     forget_prefix: str | None = None
     keep_after: int | None = None
+    undo: UndoPlan | None = None
+    replay_only: bool = False
 
+    @reports_errors
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Apply each shard's rows; yield one report row per shard."""
         schema = self.stage.input(self.source).schema
@@ -586,9 +606,16 @@ class StageTask:
             tables = [conform_batch(t, schema) for t in pieces]
             delta = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             with open_stage_shard(self.storage, self.pipeline, self.stage.label, shard,
-                                  self.options) as opened:
+                                  self.options, undo=self.undo) as opened:
                 p = self.stage.build(opened.store, self.pipeline)
                 replayed = p.committed(self.commit_id)
+                if self.replay_only and not replayed:
+                    raise CommitConflictError(
+                        f"shard {shard} of stage {self.stage.label} of pipeline "
+                        f"{self.pipeline!r}: commit id {self.commit_id!r} is recorded as "
+                        "committed by the driver, but this store no longer holds it "
+                        "(forgotten after the stream's retain= batches?), so its output "
+                        "cannot be replayed; nothing was applied")
                 outs = p.push(self.source, delta, commit_id=self.commit_id)
                 if self.forget_prefix is not None and self.keep_after is not None:
                     forget_commits(opened.store, self.pipeline, self._keep)
@@ -613,31 +640,38 @@ class StageTask:
 class StageControlTask:
     """Visit shards by number (a ``spark.range`` column), every stage's store of each.
 
-    Drops commit records whose id starts with ``forget_prefix`` (if given) and reports
-    each existing store; a (stage, shard) no row ever reached has no store (no directory,
-    no checkpoint) and is skipped.
+    Drops commit records whose id starts with ``forget_prefix`` (if given), sets each
+    store's stage pipeline live if ``go_live`` (a completed population), and reports
+    each existing store; a (stage, shard) no row ever reached has no store (no
+    directory, no checkpoint) and is skipped.
     """
 
     pipeline: str
-    stages: tuple[str, ...]
+    stages: tuple[Stage, ...]
     storage: ShardStorage
     options: dict[str, Any] | None
     forget_prefix: str | None = None
+    go_live: bool = False
 
+    @reports_errors
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One report row per existing (stage, shard) store."""
         prefix = self.forget_prefix
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 for stage in self.stages:
-                    if not self.storage.exists(shard_key(int(shard), stage)):
+                    if not self.storage.exists(shard_key(int(shard), stage.label)):
                         continue
                     t0 = time.perf_counter()
-                    with open_stage_shard(self.storage, self.pipeline, stage, int(shard),
-                                          self.options) as opened:
+                    with open_stage_shard(self.storage, self.pipeline, stage.label,
+                                          int(shard), self.options) as opened:
                         dropped = 0
                         if prefix is not None:
                             dropped = forget_commits(
                                 opened.store, self.pipeline, lambda c: not c.startswith(prefix))
-                    yield _report(int(shard), stage, 0, 0, time.perf_counter() - t0,
+                        if self.go_live:
+                            p = stage.build(opened.store, self.pipeline)
+                            if p.phase != "live":
+                                p.set_phase("live")
+                    yield _report(int(shard), stage.label, 0, 0, time.perf_counter() - t0,
                                   detail={"forgotten": dropped, "checkpoint": opened.report()})

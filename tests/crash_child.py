@@ -18,7 +18,8 @@ patches of this process, nothing in the library):
 * ``durable``: entering ``StateStore.ingest_durably`` (SST files staged, nothing durable);
 * ``intent``: after the intent record is durable, before any family ingests;
 * ``cf-ingest``: after one family's files were ingested (before the records);
-* ``set-phase`` / ``clear``: entering ``Join.set_phase`` / ``Join.clear_progress``.
+* ``go-live``: entering ``Join.go_live`` (the one write that sets the phase and clears
+  the progress markers).
 
 The child exits 0 if the point was never reached ``n`` times (the parent fails then),
 printing how often each point was reached as JSON (a run with ``["none", 0]`` is the
@@ -100,8 +101,7 @@ def main(spec: dict[str, Any]) -> int:
     killer.wrap(joinstate.StateStore, "ingest_durably", "durable", None)
     killer.wrap(joinstate.StateStore, "_complete_ingest", "intent", None)
     killer.wrap(joinstate.StateStore, "ingest", None, "cf-ingest")
-    killer.wrap(joinstate.Join, "set_phase", "set-phase", None)
-    killer.wrap(joinstate.Join, "clear_progress", "clear", None)
+    killer.wrap(joinstate.Join, "go_live", "go-live", None)
     out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
 

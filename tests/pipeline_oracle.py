@@ -569,9 +569,9 @@ def _sql(n: Node, v: Mapping[int, str]) -> str:
         for name, (fn, e) in n.agg_exprs.items():
             arg = "*" if e is None else e.to_sql()
             cols.append(f"{fn.upper()}({arg}) AS {q(name)}")
+        # Without keys SQL gives one row over no input, as the pipeline does.
         group = f" GROUP BY {', '.join(q(k) for k in n.keys)}" if n.keys else ""
-        return (f"SELECT {', '.join(cols)} FROM {v[n.input.nid]}{group} "
-                f"HAVING COUNT(*) > 0")
+        return f"SELECT {', '.join(cols)} FROM {v[n.input.nid]}{group}"
     if isinstance(n, JoinAll):
         legs = list(n.legs.items())
         cols = [f"{q(leg)}.{q(c)} AS {q(leg + '_' + c)}"

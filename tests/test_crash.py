@@ -24,16 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
-from oracle import zset_add, zset_from_table
 
 import joinstate
 import population
 from joinstate.activity import auto_compaction_flags
+from joinstate.testing import integrate, zset
 from population import synthetic as syn
 from population.bulk import STAGING
 
 if TYPE_CHECKING:
-    from collections import Counter
     from collections.abc import Iterator
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -44,10 +43,10 @@ BASE = {"customers": 3000, "sales": 30000, "deletes": 0, "batch_rows": 1000,
 # (strategy, order, how) -> kill points; the n-th arrival is drawn with a seed from how
 # often the uninterrupted run reaches the point.
 COMBOS: dict[tuple[str, str, str], list[str]] = {
-    ("symmetric", "small-first", "inner"): ["sink", "commit-before", "commit", "clear"],
-    ("symmetric", "interleaved", "full"): ["sink", "commit", "sink-before", "set-phase"],
+    ("symmetric", "small-first", "inner"): ["sink", "commit-before", "commit", "go-live"],
+    ("symmetric", "interleaved", "full"): ["sink", "commit", "sink-before", "go-live"],
     ("asymmetric", "small-first", "inner"): ["sink", "commit", "commit-before", "sink-before"],
-    ("asymmetric", "interleaved", "left"): ["sink", "commit", "commit-before", "set-phase"],
+    ("asymmetric", "interleaved", "left"): ["sink", "commit", "commit-before", "go-live"],
     ("bulk", "small-first", "inner"): ["ingest", "ingest-after", "durable", "intent",
                                        "cf-ingest", "sink"],
     ("bulk", "interleaved", "inner"): ["ingest", "durable", "intent", "cf-ingest", "commit"],
@@ -83,10 +82,6 @@ def delivered(out: Path) -> Iterator[tuple[str, int, pa.Table]]:
             yield side, int(index), pa.ipc.open_file(m).read_all()
 
 
-def zset(tables: list[pa.Table], columns: list[str]) -> Counter[Any]:
-    return zset_add(*(zset_from_table(t, columns) for t in tables))
-
-
 class Reference:
     """An uninterrupted child run: final state, summed output, and how often each kill
     point was reached."""
@@ -99,9 +94,9 @@ class Reference:
         with joinstate.StateStore(tmp / "state", read_only=True) as store:
             join = store.join(JOIN)
             self.columns = [n for n in join.output_schema.names if n != "_weight"]
-            self.state = {s: zset_from_table(join.state(s), join.state(s).schema.names[:-1])
+            self.state = {s: zset(join.state(s), join.state(s).schema.names[:-1])
                           for s in ("left", "right")}
-        self.output = zset([t for _, _, t in delivered(tmp / "out")], self.columns)
+        self.output = integrate([t for _, _, t in delivered(tmp / "out")], self.columns)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +123,7 @@ def crash(tmp: Path, spec: dict[str, Any], point: str, n: int) -> None:
 def check_store(join: joinstate.Join, store: joinstate.StateStore, ref: Reference) -> None:
     for side in ("left", "right"):
         state = join.state(side)
-        assert zset_from_table(state, state.schema.names[:-1]) == ref.state[side], side
+        assert zset(state, state.schema.names[:-1]) == ref.state[side], side
         assert join.rows(side) == sum(state.column("_weight").to_pylist()), side
     store.verify()
     assert join.phase == "live"
@@ -152,7 +147,7 @@ def resume_and_check(tmp: Path, spec: dict[str, Any], ref: Reference) -> populat
                 population.populate(join, left, right, resume=True)
             join.clear_progress()
             check_store(join, store, ref)
-            assert zset([t for _, _, t in crashed], ref.columns) == ref.output
+            assert integrate([t for _, _, t in crashed], ref.columns) == ref.output
             return None
         with pytest.raises(population.PopulationInterruptedError,
                            match=r"interrupted population .*resume=True.*drop_join"):
@@ -167,7 +162,7 @@ def resume_and_check(tmp: Path, spec: dict[str, Any], ref: Reference) -> populat
         again = {(side, i) for side, i, _ in resumed}
         assert all((side, i) not in again for side, i, _ in crashed
                    if i < rep.redelivered[side]), "an output kept from the crash came again"
-        assert zset(kept + [t for _, _, t in resumed], ref.columns) == ref.output
+        assert integrate(kept + [t for _, _, t in resumed], ref.columns) == ref.output
         check_store(join, store, ref)
         assert not any(auto_compaction_flags(path).values())
         return rep
@@ -245,5 +240,5 @@ def test_drop_join_then_populate_from_scratch(tmp_path: Path, references: Any) -
             order="interleaved", sink=outs.append, progress=False,
             batch_rows=spec["batch_rows"])
         assert rep.resumed == {} and rep.redelivered == {}
-        assert zset(outs, ref.columns) == ref.output
+        assert integrate(outs, ref.columns) == ref.output
         check_store(join, store, ref)

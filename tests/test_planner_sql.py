@@ -29,7 +29,7 @@ from pipeline_oracle import consolidate as zconsolidate  # noqa: E402
 from pipeline_oracle import expand as zexpand  # noqa: E402
 
 import joinstate  # noqa: E402
-from bench.q4 import compare, consolidate, expand  # noqa: E402
+from joinstate.testing import compare, consolidate, expand  # noqa: E402
 from planner._sqltypes import describe  # noqa: E402
 from planner.sql import Source as SQLSource  # noqa: E402
 from planner.sql import SQLError, UnsupportedSQLError, compile, plan  # noqa: E402
@@ -505,3 +505,83 @@ def test_sources_argument_is_validated() -> None:
         SQLSource(TABLES["s"][0], "nope")
     with pytest.raises(SQLError, match="not sources"):
         plan("SELECT k FROM s", SOURCES, stats={"zzz": 3})
+
+
+# ---- messages a person can act on ----------------------------------------------------------
+
+ANSI = "\x1b["
+
+
+def _push_one(p: joinstate.Pipeline) -> None:
+    row = (1, 1, 2, 3, D("1.00"), 1.0, "a", dt.date(2000, 1, 1), 1)
+    p.push("s", make_delta(TABLES["s"][0], [(row, 1)]))
+
+
+def test_another_view_under_a_stored_name_is_refused_at_compile(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    first = "SELECT k, sum(v) AS total\n  FROM s GROUP BY k"
+    with joinstate.StateStore(path) as st:
+        _push_one(compile(first, SOURCES, store=st, name="per_k"))
+    with joinstate.StateStore(path) as st:
+        with pytest.raises(joinstate.JoinSpecMismatchError) as info:
+            compile("SELECT k, count(*) AS total FROM s GROUP BY k", SOURCES, store=st,
+                    name="per_k")
+        msg = str(info.value)
+        for needle in ("'per_k'", str(path), "different view",
+                       "`SELECT k, sum(v) AS total FROM s GROUP BY k`", "drop_pipeline('per_k')",
+                       "another name"):
+            assert needle in msg, msg
+        assert "{" not in msg and "__a0" not in msg, msg  # no operator internals
+        # Nothing was written: the stored view is intact and re-attaches.
+        p = compile(first, SOURCES, store=st, name="per_k")
+        assert p.read("per_k").to_pylist() == [{"k": 1, "total": 2}]
+
+
+def test_another_view_over_an_unpushed_compile_is_refused_too(store: joinstate.StateStore
+                                                              ) -> None:
+    compile("SELECT k FROM s", SOURCES, store=store, name="v")
+    with pytest.raises(joinstate.JoinSpecMismatchError, match=r"maintains a different view: "
+                       r"`SELECT k FROM s`"):
+        compile("SELECT v FROM s", SOURCES, store=store, name="v")
+
+
+def test_a_hand_built_pipeline_under_the_name_is_described_readably(
+        store: joinstate.StateStore) -> None:
+    p = joinstate.Pipeline(store, "v")
+    src = p.source("s", TABLES["s"][0])
+    p.output("v", src.group_by("k").aggregate(total=("sum", "w")), materialize=True)
+    p.compile()
+    with pytest.raises(joinstate.JoinSpecMismatchError) as info:
+        compile("SELECT k, sum(v) AS total FROM s GROUP BY k", SOURCES, store=store, name="v")
+    msg = str(info.value)
+    assert "not compiled from SQL" in msg and "drop_pipeline('v')" in msg, msg
+    assert "{'" not in msg and "[[" not in msg, msg
+    assert "sum(w)" in msg and "sum(v)" in msg, msg  # what differs, as aggregate calls
+
+
+def test_ambiguous_column_lists_the_tables_that_have_it() -> None:
+    with pytest.raises(SQLError) as info:
+        plan("SELECT k FROM s, e WHERE s.k = e.k", SOURCES)
+    msg = str(info.value)
+    assert "ambiguous" in msg and "s.k" in msg and "e.k" in msg, msg
+    assert "could not be resolved" not in msg, msg
+    with pytest.raises(SQLError, match=r"ambiguous.*x\.k.*e\.k"):
+        plan("SELECT k FROM s AS x JOIN e ON x.k = e.k", SOURCES)
+    with pytest.raises(SQLError, match=r"could not be resolved|not a column") as none:
+        plan("SELECT nope FROM s, e WHERE s.k = e.k", SOURCES)
+    assert "ambiguous" not in str(none.value)
+
+
+@pytest.mark.parametrize("tail", ["; -- the end", ";\n/* done */\n", "; -- a\n-- b", ";;"])
+def test_a_comment_after_the_final_semicolon_is_one_statement(tail: str) -> None:
+    assert plan("SELECT k FROM s" + tail, SOURCES).columns == ("k",)
+
+
+@pytest.mark.parametrize("sql", ["SELECT k, FROM s WHERE", "SELECT (k FROM s",
+                                 "SELECT \"k FROM s"])
+def test_syntax_errors_are_plain_text(sql: str) -> None:
+    with pytest.raises(SQLError) as info:
+        plan(sql, SOURCES)
+    msg = str(info.value)
+    assert ANSI not in msg and "\x1b" not in msg, repr(msg)
+    assert "does not parse" in msg and "sqlglot.expressions" not in msg, msg

@@ -197,7 +197,9 @@ def test_outputs_need_no_shared_state_dir(spark: SparkSession, tmp_path: Path) -
     state_files = sorted(str(p.relative_to(tmp_path / "state"))
                          for p in (tmp_path / "state").rglob("*") if p.is_file())
     assert "_spark/cs.json" in state_files
-    assert all(f == "_spark/cs.json" or f.startswith("_spark/reports/") for f in state_files)
+    # The driver's own files: manifest, reports, operation records, the writer's lock.
+    assert all(f in ("_spark/cs.json", "_spark/.writer.lock")
+               or f.startswith(("_spark/reports/", "_spark/ops/cs/")) for f in state_files)
 
     # A micro-batch sink writing to a URI (any pyarrow.fs location Spark reads too).
     sink_uri = (tmp_path / "sink").as_uri()
@@ -483,8 +485,9 @@ def test_shards_move_between_executors_of_a_local_cluster(tmp_path: Path) -> Non
     assert result["jobs_without_driver_state"] >= 10
     for state in ("state", "pstate"):
         files = result["driver_state_files"][state]
-        assert files and all(f.startswith(("_spark/reports/", "_spark/.")) or f in (
-            "_spark/cs.json", "_spark/pipeline-pipeline.json") for f in files), files
+        assert files and all(f.startswith(("_spark/reports/", "_spark/.", "_spark/ops/"))
+                             or f in ("_spark/cs.json", "_spark/pipeline-pipeline.json")
+                             for f in files), files
     assert result["join_outputs"] and result["pipeline_outputs"]
 
 
@@ -600,11 +603,11 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
         # A Python worker dies in the middle of shard 1's checkpoint, after its push
         # committed: Spark retries the task, which restores the committed checkpoint and
         # applies the change once.
-        real = spark_io.SparkJoin._run_job  # noqa: SLF001 (the test wraps the job runner)
+        real = sj.run_job  # the test wraps the job runner (itself a wrapper, above)
 
-        def killing(self: spark_io.SparkJoin, frame: Any, task: Any, side: str) -> Any:
+        def killing(spark_: Any, frame: Any, task: Any, side: str) -> Any:
             if not isinstance(task, ApplyTask) or not task.commit_id.endswith("kill-me"):
-                return real(self, frame, task, side)
+                return real(spark_, frame, task, side)
 
             def dies_in_checkpoint(batches: Any) -> Any:
                 from pyspark import TaskContext
@@ -624,13 +627,13 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
                     jc._put_file = put_then_die  # noqa: SLF001
                 yield from task(batches)
 
-            return real(self, frame, dies_in_checkpoint, side)
+            return real(spark_, frame, dies_in_checkpoint, side)
 
-        spark_io.SparkJoin._run_job = killing  # type: ignore[method-assign]  # noqa: SLF001
+        sj.run_job = killing  # type: ignore[assignment]
         try:
             t.apply("right", mutate(rng, t.right, new_sale, 100), op_id="kill-me")
         finally:
-            spark_io.SparkJoin._run_job = real  # type: ignore[method-assign]  # noqa: SLF001
+            sj.run_job = real  # type: ignore[assignment]
         reports = note(job)
         retried = [c for c in reports if c["store"] == "shard-00001"]
         result["retried_shard_attempt"] = max(c["attempt"] for c in retried)

@@ -300,7 +300,8 @@ def test_apply_is_exactly_once_on_either_route(spark: SparkSession, tmp_path: Pa
                                                monkeypatch: pytest.MonkeyPatch,
                                                route: str) -> None:
     """Changes match Spark's join; an op_id applies once; tasks that die after their
-    push committed (the job fails) are completed exactly once by the same op_id."""
+    push committed (the job fails) leave nothing applied on any shard (they are rolled
+    back), and the same op_id then applies the change exactly once."""
     if route == "shuffle":
         monkeypatch.setattr(spark_io.routing, "COLLECT_MAX_ROWS", 0)
     rng = random.Random(46 if route == "collect" else 47)
@@ -325,28 +326,33 @@ def test_apply_is_exactly_once_on_either_route(spark: SparkSession, tmp_path: Pa
     assert report is not None
     assert report.replayed_shards == sum(len(j.shards) for j in report.jobs) > 0
 
-    run_job = spark_io.SparkJoin._run_job  # noqa: SLF001 (the test wraps the job runner)
+    import spark_io.job as sj
 
-    def dies_after_commit(self: spark_io.SparkJoin, frame: Any, task: Any, side: str) -> Any:
+    run_job = sj.run_job  # the test wraps the job runner
+
+    def dies_after_commit(spark_: Any, frame: Any, task: Any, side: str) -> Any:
         if not isinstance(task, ApplyTask):
-            return run_job(self, frame, task, side)
+            return run_job(spark_, frame, task, side)
 
         def task_dies(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for report in task(batches):
                 os._exit(1)  # committed and written; the report never reaches the driver
                 yield report
 
-        return run_job(self, frame, task_dies, side)
+        return run_job(spark_, frame, task_dies, side)
 
     changes = mutate(rng, left, customer, 60)
-    monkeypatch.setattr(spark_io.SparkJoin, "_run_job", dies_after_commit)
-    with pytest.raises(Exception, match=r"(?i)crash|exit|worker|fail") as err:
+    monkeypatch.setattr(sj, "run_job", dies_after_commit)
+    with pytest.raises(spark_io.SparkJobError, match=r"(?i)crash|exit|worker|fail") as err:
         job.apply("left", changes_df(spark, changes, CUSTOMER), op_id="killed")
-    assert any("op_id='killed'" in n for n in getattr(err.value, "__notes__", []))
-    monkeypatch.setattr(spark_io.SparkJoin, "_run_job", run_job)
+    notes = getattr(err.value, "__notes__", [])
+    assert any("op_id='killed'" in n for n in notes)
+    assert any("rolled back" in n for n in notes)
+    check_state(spark, job, left, right)  # nothing of it was applied on any shard
+    monkeypatch.setattr(sj, "run_job", run_job)
     out = job.apply("left", changes_df(spark, changes, CUSTOMER), op_id="killed")
     report = job.last_report
-    assert report is not None and report.replayed_shards >= 1
+    assert report is not None and report.replayed_shards == 0
     left = apply_to(left, changes)
     total = add(total, zset(out, OUT_COLS))
     assert total == spark_join(spark, left, right, "inner")
