@@ -1,5 +1,6 @@
 """Benchmarks and data sets: synthetic TPC-DS-shaped data, core and population benchmarks.
 
-Run ``python -m bench --help``.  Imports of heavy optional dependencies (duckdb, pyspark)
+Run ``joinstate bench --help`` (or ``python -m bench --help``); the ``joinstate`` command
+itself is :mod:`bench.cli`.  Imports of heavy optional dependencies (duckdb, pyspark)
 happen inside the subcommands that need them.
 """

@@ -16,12 +16,10 @@ Target: (b) >= 50% of (d).  Ratios are only meaningful within one run.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +33,7 @@ from population.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["CoreResult", "main", "run_core"]
+__all__ = ["CoreResult", "run_core", "to_markdown"]
 
 
 @dataclass
@@ -209,28 +207,3 @@ def to_markdown(r: CoreResult) -> str:
     lines = ["| measurement | rate | note |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench core``."""
-    p = argparse.ArgumentParser(prog="python -m bench core", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--left-rows", type=int, default=100_000)
-    p.add_argument("--right-rows", type=int, default=3_000_000)
-    p.add_argument("--batch-rows", type=int, default=65_536)
-    p.add_argument("--out", type=Path, default=Path("bench-results"))
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="where the RocksDB directories go (default: a temp dir, removed after)")
-    a = p.parse_args(argv)
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="joinstate-bench-"))
-    try:
-        r = run_core(a.left_rows, a.right_rows, a.batch_rows, work)
-    finally:
-        if a.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "core.json").write_text(json.dumps(asdict(r), indent=2))
-    md = to_markdown(r)
-    (a.out / "core.md").write_text(md + "\n")
-    print(md)
-    return 0

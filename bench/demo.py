@@ -12,12 +12,9 @@ What it shows, end to end on one machine:
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import tempfile
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +24,10 @@ import joinstate
 import population
 from population.synthetic import CUSTOMER_SCHEMA, SALES_SCHEMA, customers, sales_batches
 
-__all__ = ["main", "run_demo"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["run_demo", "run_spark_demo"]
 
 
 def _weighted(table: pa.Table, w: int) -> pa.Table:
@@ -185,26 +185,3 @@ def run_spark_demo(
           f"{'OK' if bad == 0 else 'FAILED'}")
     shutil.rmtree(data, ignore_errors=True)
     return 0 if bad == 0 else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench demo``."""
-    p = argparse.ArgumentParser(prog="python -m bench demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--customers", type=int, default=100_000)
-    p.add_argument("--sales", type=int, default=1_000_000)
-    p.add_argument("--batch-rows", type=int, default=65_536)
-    p.add_argument("--state-dir", type=Path, default=None,
-                   help="where the RocksDB state goes (default: a temp dir, removed after)")
-    p.add_argument("--spark", action="store_true",
-                   help="drive it from a local Spark session (spark_io.SparkJoin)")
-    p.add_argument("--shards", type=int, default=4, help="with --spark: RocksDB shards")
-    a = p.parse_args(argv)
-    state = a.state_dir or Path(tempfile.mkdtemp(prefix="joinstate-demo-")) / "state"
-    try:
-        if a.spark:
-            return run_spark_demo(state, a.customers, a.sales, a.batch_rows, a.shards)
-        return run_demo(state, a.customers, a.sales, a.batch_rows)
-    finally:
-        if a.state_dir is None:
-            shutil.rmtree(state.parent, ignore_errors=True)

@@ -25,13 +25,11 @@ Writes ``live.json`` and ``live.md`` under ``--out`` and prints the markdown.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,7 +44,7 @@ import joinstate
 import population
 from bench import tpcds
 
-__all__ = ["CUSTOMER_COLUMNS", "SALES_COLUMNS", "main", "run_live", "to_markdown"]
+__all__ = ["CUSTOMER_COLUMNS", "SALES_COLUMNS", "run_live", "to_markdown"]
 
 JOIN = "customer_sales"
 CUSTOMER_COLUMNS = ["c_customer_sk", "c_customer_id", "c_first_name", "c_last_name",
@@ -499,36 +497,3 @@ def to_markdown(res: dict[str, Any]) -> str:
         md += _pass_markdown(p, rc["median_ms"])
         md.append("")
     return "\n".join(md)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench live``."""
-    p = argparse.ArgumentParser(prog="python -m bench live", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sf", type=float, default=1.0, help="TPC-DS scale factor (default 1)")
-    p.add_argument("--sizes", default=",".join(f"{s:g}" for s in SIZES),
-                   help="batch sizes as shares of the sales rows (default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=10, help="batches per size (default 10)")
-    p.add_argument("--out", type=Path, default=Path("bench-results"))
-    p.add_argument("--no-point-pass", action="store_true",
-                   help='skip the second pass with StoreOptions(probe="point")')
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="where the RocksDB directories go (default: a temp dir, removed after)")
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help="TPC-DS Parquet cache for this SF (default: $JOINSTATE_TPCDS_CACHE "
-                        "or ~/.cache/joinstate/tpcds, then sf<SF>/)")
-    a = p.parse_args(argv)
-    sizes = tuple(float(x) for x in a.sizes.split(",") if x.strip())
-    if not sizes or any(not 0 < s <= 1 for s in sizes):
-        p.error(f"--sizes {a.sizes!r}: give shares in (0, 1], comma-separated")
-    res = run_live(a.sf, sizes, a.repeat, a.out, point_pass=not a.no_point_pass,
-                   seed=a.seed, workdir=a.workdir, cache_dir=a.cache_dir)
-    print(to_markdown(res))
-    print(f"\nwrote {a.out / 'live.json'} and {a.out / 'live.md'}")
-    if not res["ok"]:
-        bad = [p_["name"] for p_ in res["passes"] if not p_["check"]["ok"]]
-        print(f"CHECK FAILED in pass(es) {bad}: the integrated output differs from DuckDB's "
-              "join of the final inputs", file=sys.stderr)
-        return 1
-    return 0

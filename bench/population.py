@@ -20,7 +20,6 @@ the fixed strategies per order, with what it picked and why, and the plan it ran
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import multiprocessing
@@ -30,7 +29,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 import rocksdict as rd
@@ -39,6 +38,9 @@ import joinstate
 import population
 from joinstate.activity import counter_delta, statistics_counters
 from population import synthetic as syn
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 MIB = 1 << 20
 STRATEGIES = ("symmetric", "asymmetric", "bulk", "auto")
@@ -313,72 +315,61 @@ def memtable_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the chosen data sets and write JSON + markdown under ``--out``."""
-    p = argparse.ArgumentParser(prog="python -m bench population", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", dest="sets", default="1,3",
-                   help="data sets to run, comma-separated from 1,2,3 (default: %(default)s)")
-    p.add_argument("--small", type=int, help="small-side rows (overrides the set's size)")
-    p.add_argument("--large", type=int, help="big-side rows (overrides the set's size)")
-    p.add_argument("--strategies", default=",".join(STRATEGIES))
-    p.add_argument("--orders", default="small-first,interleaved,as-given")
-    p.add_argument("--batch-rows", type=int, default=65_536)
-    p.add_argument("--settle-timeout", type=float, default=600.0,
-                   help="max seconds to wait for background compaction after populate")
-    p.add_argument("--memtable-small", type=int, default=100_000)
-    p.add_argument("--memtable-big", type=int, default=500_000)
-    p.add_argument("--lookups", type=int, default=20_000)
-    p.add_argument("--processes", type=int, default=1,
-                   help="populate this many shards at once, one process each (default 1)")
-    p.add_argument("--big-unique", action="store_true",
-                   help=f"declare the big side's unique key {BIG_UNIQUE_KEY}")
-    p.add_argument("--out", type=Path, default=Path("bench-results"))
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    work = args.out / "population-work"
+def run_sets(sets: Sequence[int], *, small: int | None = None, large: int | None = None,
+             strategies: Sequence[str] = STRATEGIES,
+             orders: Sequence[str] = ("small-first", "interleaved", "as-given"),
+             batch_rows: int = 65_536, settle_timeout: float = 600.0,
+             memtable_small: int = 100_000, memtable_big: int = 500_000,
+             lookups: int = 20_000, processes: int = 1, big_unique: bool = False,
+             out: Path = Path("bench-results")) -> int:
+    """Run the data sets ``sets``; write JSON + markdown under ``out``; print the tables.
+
+    What ``joinstate bench population`` runs.  Returns the exit status (0).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "population-work"
     work.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results: dict[str, Any] = {"started": stamp, "sets": {}}
     md = [f"# population benchmark {stamp}", ""]
-    for s in (int(x) for x in args.sets.split(",")):
+    for s in sets:
         if s in SETS:
             n_small, n_big = SETS[s]
-            n_small, n_big = args.small or n_small, args.large or n_big
+            n_small, n_big = small or n_small, large or n_big
             rows = []
-            for order in args.orders.split(","):
-                for strategy in args.strategies.split(","):
+            for order in orders:
+                for strategy in strategies:
                     print(f"set {s}: {strategy} {order} {n_small:,} x {n_big:,}", flush=True)
-                    if args.processes > 1:
+                    if processes > 1:
                         r = run_parallel(work, strategy, order, n_small, n_big,
-                                         args.batch_rows, args.settle_timeout, args.processes,
-                                         args.big_unique)
+                                         batch_rows, settle_timeout, processes,
+                                         big_unique)
                     else:
-                        r = run_one(work, strategy, order, n_small, n_big, args.batch_rows,
-                                    args.settle_timeout, big_unique=args.big_unique)
+                        r = run_one(work, strategy, order, n_small, n_big, batch_rows,
+                                    settle_timeout, big_unique=big_unique)
                     r["label"] = strategy
                     rows.append(r)
                     print(f"  wall {r['bench_wall']:.1f}s settle {r['settle_seconds']:.1f}s "
                           f"({r['strategy']['name']}: {r['reason']})", flush=True)
             results["sets"][str(s)] = rows
-            procs = f", {args.processes} shards in parallel processes" \
-                if args.processes > 1 else ""
-            procs += f", big side unique on {BIG_UNIQUE_KEY}" if args.big_unique else ""
+            procs = f", {processes} shards in parallel processes" \
+                if processes > 1 else ""
+            procs += f", big side unique on {BIG_UNIQUE_KEY}" if big_unique else ""
             md += [f"## data set {s}: {n_small:,} customers x {n_big:,} sales{procs}", "",
                    strategies_table(rows), ""]
             if any(r["label"] == "auto" for r in rows):
                 md += ["### `auto` (the planner) against the fixed strategies", "",
                        auto_table(rows), "", *auto_explain(rows)]
         elif s == 3:
-            rows = [memtable_one(work, m, args.memtable_small, args.memtable_big, args.lookups)
+            rows = [memtable_one(work, m, memtable_small, memtable_big, lookups)
                     for m in MEMTABLES]
             results["sets"]["3"] = rows
             md += ["## data set 3: small-side memtable", "", memtable_table(rows), ""]
         else:
-            raise SystemExit(f"--set {s}: must be 1, 2 or 3")
-        (args.out / f"population-{stamp}.json").write_text(json.dumps(results, indent=1))
-        (args.out / f"population-{stamp}.md").write_text("\n".join(md))
+            raise ValueError(f"data set {s}: must be 1, 2 or 3")
+        (out / f"population-{stamp}.json").write_text(json.dumps(results, indent=1))
+        (out / f"population-{stamp}.md").write_text("\n".join(md))
     shutil.rmtree(work, ignore_errors=True)
     print("\n".join(md))
-    print(f"\nwrote {args.out / f'population-{stamp}.json'} and .md")
+    print(f"\nwrote {out / f'population-{stamp}.json'} and .md")
     return 0

@@ -29,18 +29,16 @@ suite measures what that costs per change batch, and checks every answer against
 * the whole pass twice, ``share_indexes=True`` and ``False`` (``--no-unshared`` skips the
   second): column families, bytes on disk, population time, customer-update time.
 
-Writes ``q4.json`` and ``q4.md`` under ``--out`` (default ``bench/results``).
+Writes ``q4.json`` and ``q4.md`` under ``--out`` (default ``bench-results/``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -58,6 +56,7 @@ import joinstate
 import population
 from bench import tpcds
 from bench.q4ref import Reference, reference_sql
+from joinstate.testing import compare, consolidate, expand
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -65,8 +64,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANNELS", "KINDS", "TABLES", "Channel", "Integrated", "Reference", "Workload",
-    "apply_delta", "build_q4", "define_q4", "compare", "consolidate", "load", "main",
-    "populate_pipeline", "reference_sql", "run_q4", "to_markdown",
+    "apply_delta", "build_q4", "define_q4", "load", "populate_pipeline", "reference_sql",
+    "run_q4", "to_markdown",
 ]
 
 WEIGHT = "_weight"
@@ -251,27 +250,6 @@ def weighted(table: pa.Table, w: int) -> pa.Table:
     return table.append_column(WEIGHT, pa.array(np.full(table.num_rows, w, np.int64)))
 
 
-def consolidate(delta: pa.Table) -> pa.Table:
-    """Equal rows merged, their weights summed, zero weights dropped (NULLs group)."""
-    cols = [c for c in delta.column_names if c != WEIGHT]
-    if delta.num_rows == 0:
-        return delta
-    g = delta.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
-    g = g.rename_columns([*cols, WEIGHT])
-    return g.filter(pc.not_equal(g[WEIGHT], 0))
-
-
-def expand(table: pa.Table) -> pa.Table:
-    """A consolidated Z-set with positive weights as a plain multiset of rows."""
-    w = table[WEIGHT].to_numpy()
-    if (w < 0).any():
-        raise ValueError(f"{int((w < 0).sum())} rows have a negative weight")
-    rows = table.drop_columns([WEIGHT])
-    if (w == 1).all():
-        return rows
-    return rows.take(pa.array(np.repeat(np.arange(len(w)), w)))
-
-
 def _tuples(table: pa.Table) -> list[tuple[Any, ...]]:
     return list(zip(*(table[c].to_pylist() for c in table.column_names), strict=True))
 
@@ -342,112 +320,6 @@ class Integrated:
         return expand(cur)
 
 
-RTOL = 1e-9
-ATOL = 1e-6
-"""Doubles compare to 1e-9 relative, or 1e-6 absolute: a total that cancels to (nearly)
-zero is exact in the pipeline (a decimal sum; any nonzero total is >= 0.005) but carries
-DuckDB's float rounding, ~1e-16 of the summed magnitudes, so a relative test alone would
-reject an exact 0 against DuckDB's 1e-12."""
-
-
-def _common(a: pa.ChunkedArray, b: pa.ChunkedArray) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
-    """Both columns cast to one type (ints to int64, strings to string, decimals widened)."""
-    ta, tb = a.type, b.type
-    if ta == tb:
-        return a, b
-    if pa.types.is_integer(ta) and pa.types.is_integer(tb):
-        return a.cast(pa.int64()), b.cast(pa.int64())
-    if pa.types.is_floating(ta) and pa.types.is_floating(tb):
-        return a.cast(pa.float64()), b.cast(pa.float64())
-    if pa.types.is_decimal(ta) and pa.types.is_decimal(tb):
-        t = pa.decimal128(38, max(ta.scale, tb.scale))
-        return a.cast(t), b.cast(t)
-    string = (pa.types.is_string(ta) or pa.types.is_large_string(ta)
-              or pa.types.is_string_view(ta))
-    if string and (pa.types.is_string(tb) or pa.types.is_large_string(tb)
-                   or pa.types.is_string_view(tb)):
-        return a.cast(pa.string()), b.cast(pa.string())
-    return a.cast(tb), b
-
-
-def _row(table: pa.Table, i: int) -> dict[str, Any]:
-    return {c: table[c][i].as_py() for c in table.column_names}
-
-
-def _rounded(table: pa.Table, floats: set[str]) -> Counter[tuple[Any, ...]]:
-    cols = []
-    for c in table.column_names:
-        vals = table[c].to_pylist()
-        cols.append([float(f"{v:.9g}") if c in floats and v is not None else v for v in vals]
-                    if c in floats else vals)
-    return Counter(zip(*cols, strict=True))
-
-
-def compare(got: pa.Table, want: pa.Table, *, rtol: float = RTOL, atol: float = ATOL,
-            show: int = 3) -> dict[str, Any]:
-    """Compare ``got`` and ``want`` as multisets of rows; doubles to a tolerance.
-
-    Decimals and all else compare exactly, doubles to ``rtol`` relative (or ``atol``
-    absolute).
-    Both are sorted on every column (exact columns first) and compared row by row; on a
-    mismatch the report names the first differing position and, from a multiset
-    difference (doubles rounded to 9 digits), the first rows only one side has.
-    """
-    res: dict[str, Any] = {"got_rows": got.num_rows, "want_rows": want.num_rows}
-    if got.column_names != want.column_names:
-        res.update(ok=False, mismatches=None,
-                   reason=f"columns differ: {got.column_names} vs {want.column_names}")
-        return res
-    cols_g, cols_w = [], []
-    for c in want.column_names:
-        a, b = _common(got[c], want[c])
-        cols_g.append(a)
-        cols_w.append(b)
-    got = pa.table(cols_g, names=want.column_names)
-    want = pa.table(cols_w, names=want.column_names)
-    floats = {c for c in want.column_names if pa.types.is_floating(want.schema.field(c).type)}
-    order = [c for c in want.column_names if c not in floats] + sorted(floats)
-    keys = [(c, "ascending", "at_start") for c in order]
-    if got.num_rows:
-        got = got.take(pc.sort_indices(got, sort_keys=keys))
-    if want.num_rows:
-        want = want.take(pc.sort_indices(want, sort_keys=keys))
-    n = min(got.num_rows, want.num_rows)
-    bad = np.zeros(n, bool)
-    for c in want.column_names:
-        a, b = got[c].slice(0, n), want[c].slice(0, n)
-        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-        if c in floats:
-            diff = pc.abs(pc.subtract(a, b))
-            tol = pc.max_element_wise(pc.multiply(pc.max_element_wise(pc.abs(a), pc.abs(b)),
-                                                  rtol), atol)
-            same = pc.or_(pc.less_equal(diff, tol), pc.and_(pc.is_nan(a), pc.is_nan(b)))
-        else:
-            same = pc.equal(a, b)
-        ok = pc.or_kleene(pc.fill_null(same, False), both_null)
-        bad |= ~ok.to_numpy(zero_copy_only=False)
-    mism = int(bad.sum()) + abs(got.num_rows - want.num_rows)
-    res["mismatches"] = mism
-    res["ok"] = mism == 0
-    if mism:
-        first = int(np.argmax(bad)) if bad.any() else n
-        res["first_position"] = first
-        if first < got.num_rows:
-            res["got_at_first"] = _row(got, first)
-        if first < want.num_rows:
-            res["want_at_first"] = _row(want, first)
-        cg, cw = _rounded(got, floats), _rounded(want, floats)
-        names = want.column_names
-        only_g, only_w = cg - cw, cw - cg
-        res["only_got"] = [dict(zip(names, r, strict=True)) for r in sorted(only_g, key=repr)
-                           [:show]]
-        res["only_want"] = [dict(zip(names, r, strict=True)) for r in sorted(only_w, key=repr)
-                            [:show]]
-        res["only_got_rows"] = sum(only_g.values())
-        res["only_want_rows"] = sum(only_w.values())
-    return res
-
-
 def _top100(answer: pa.Table) -> pa.Table:
     """The answer in DuckDB's ORDER BY (the four columns, NULLS FIRST), first 100 rows."""
     if answer.num_rows == 0:
@@ -468,7 +340,7 @@ def check(integrated: Integrated, ref: Reference, tables: Mapping[str, pa.Table]
     lim, _ = ref.limited(tables)
     top = _top100(got_q4)
     top_ok = (top.num_rows == lim.num_rows
-              and all(_common(top[c], lim[c])[0].to_pylist() == lim[c].to_pylist()
+              and all(top[c].to_pylist() == lim[c].to_pylist()
                       for c in ANSWER_COLUMNS))
     return {"after": label, "ok": bool(yt["ok"] and q4["ok"] and top_ok),
             "year_total": yt, "q4": q4, "top100_ok": top_ok, "top100_rows": lim.num_rows,
@@ -1070,54 +942,3 @@ def auto_vs_fixed(pops: Sequence[Mapping[str, Any]]) -> list[str]:
         md += ["plan of the `auto` population:", "", "```text", autos[0]["explain"], "```",
                ""]
     return md
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench q4``."""
-    ap = argparse.ArgumentParser(prog="python -m bench q4", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sf", type=float, default=0.1, help="TPC-DS scale factor (default 0.1)")
-    ap.add_argument("--sizes", default="0.0001,0.001,0.01",
-                    help="batch sizes as shares of all sales rows (default: %(default)s)")
-    ap.add_argument("--repeat", type=int, default=3, help="batches per size (default 3)")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
-    ap.add_argument("--no-unshared", action="store_true",
-                    help="skip the second pass with share_indexes=False")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--check", choices=("each", "size", "end"), default="each",
-                    help="check against DuckDB after each batch kind (default), size, or "
-                         "only at the end (population is always checked)")
-    ap.add_argument("--chunk-rows", type=int, default=200_000,
-                    help="population push size (default 200000)")
-    ap.add_argument("--qualify", type=int, default=None,
-                    help="customers given sales that put them in q4's answer after "
-                         "population (default: 0.1%% of the customers, at least 3; 0: none)")
-    ap.add_argument("--recompute-runs", type=int, default=3)
-    ap.add_argument("--spark-sql", action="store_true",
-                    help="also time Spark SQL (local) computing q4 from scratch on the final "
-                         "tables, its answer checked against DuckDB's")
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where the RocksDB directories go (default: a temp dir, removed after)")
-    ap.add_argument("--strategies", default="symmetric,asymmetric,auto",
-                    help="population strategies to compare first (fresh store each; '' to "
-                         "skip; default: %(default)s)")
-    ap.add_argument("--cache-dir", type=Path, default=None,
-                    help="TPC-DS Parquet cache for this SF (default: $JOINSTATE_TPCDS_CACHE "
-                         "or ~/.cache/joinstate/tpcds, then sf<SF>/)")
-    a = ap.parse_args(argv)
-    sizes = tuple(float(x) for x in a.sizes.split(",") if x.strip())
-    if not sizes or any(not 0 < s <= 1 for s in sizes):
-        ap.error(f"--sizes {a.sizes!r}: give shares in (0, 1], comma-separated")
-    res = run_q4(a.sf, sizes, a.repeat, a.out, unshared=not a.no_unshared, seed=a.seed,
-                 workdir=a.workdir, cache_dir=a.cache_dir, chunk_rows=a.chunk_rows,
-                 check_every=a.check, qualify=a.qualify, recompute_runs=a.recompute_runs,
-                 strategies=[x for x in a.strategies.split(",") if x.strip()],
-                 spark_sql=a.spark_sql)
-    print(to_markdown(res))
-    print(f"\nwrote {a.out / 'q4.json'} and {a.out / 'q4.md'}")
-    if not res["ok"]:
-        bad = [p["name"] for p in res["passes"] if not p["ok"]]
-        print(f"CHECK FAILED in pass(es) {bad}: the pipeline's outputs differ from DuckDB's",
-              file=sys.stderr)
-        return 1
-    return 0

@@ -13,10 +13,8 @@ are compared with DuckDB computing q4 from scratch on the changed tables.  The r
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +28,7 @@ from bench import q4
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["main", "run"]
+__all__ = ["RESULTS", "run"]
 
 RESULTS = Path("bench-results")
 
@@ -116,24 +114,3 @@ def run(sf: float = 0.01, shards: int = 2, share: float = 0.001, seed: int = 0,
            f"{s['q4_rows']} | {'OK' if s['ok'] else 'DIFFERS'} |" for s in res["steps"]]
     (out / "q4-spark.md").write_text("\n".join(md) + "\n")
     return res
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench q4spark``."""
-    ap = argparse.ArgumentParser(prog="python -m bench q4spark", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sf", type=float, default=0.01, help="TPC-DS scale factor (0.01)")
-    ap.add_argument("--shards", type=int, default=2, help="RocksDB shards per stage (2)")
-    ap.add_argument("--share", type=float, default=0.001,
-                    help="change batch size as a share of the sales rows (0.001)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="keep the Spark state and inputs here (default: a temp dir, removed)")
-    a = ap.parse_args(argv)
-    res = run(a.sf, a.shards, a.share, a.seed, a.out, a.workdir)
-    print(f"\nreport: {a.out / 'q4-spark.md'} (and q4-spark.json)")
-    if not res["ok"]:
-        print("CHECK FAILED: the Spark pipeline's outputs differ from DuckDB's", file=sys.stderr)
-        return 1
-    return 0

@@ -28,12 +28,10 @@ the copy), so both pay the same first-batch costs.  Writes ``recompute.json`` an
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,11 +46,12 @@ import joinstate
 import population
 from bench import tpcds
 from bench.live import CUSTOMER_COLUMNS, JOIN, SALES_COLUMNS, _git, _join, _weighted
+from joinstate.testing import consolidate
 from planner.batch import decide_batch, record_batch
 from planner.rules.recompute import Observation
 from population.apply import ApplyStrategy, apply_batch
 
-__all__ = ["KINDS", "SIZES", "main", "run", "to_markdown"]
+__all__ = ["KINDS", "SIZES", "run", "to_markdown"]
 
 SIZES = (0.0001, 0.001, 0.01, 0.1)
 KINDS = ("sales", "customer")
@@ -104,12 +103,10 @@ def copy_store(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=link_or_copy)
 
 
-def zset(table: pa.Table) -> pa.Table:
-    """A change set consolidated and sorted (rows summed by value, zeros dropped)."""
-    cols = [c for c in table.column_names if c != "_weight"]
-    g = table.group_by(cols, use_threads=False).aggregate([("_weight", "sum")])
-    g = g.filter(pc.not_equal(g.column("_weight_sum"), 0))
-    return g.sort_by([(c, "ascending") for c in cols])
+def _sorted_zset(table: pa.Table) -> pa.Table:
+    """A change set consolidated (rows summed by value, zeros dropped) and sorted."""
+    g = consolidate(table)
+    return g.sort_by([(c, "ascending") for c in g.column_names if c != "_weight"])
 
 
 def counters(join: joinstate.Join) -> dict[str, tuple[int, int]]:
@@ -156,7 +153,8 @@ def measure(base: Path, work: Path, kind: str, share: float, delta: pa.Table,
     res["incremental_ms"], res["recompute_ms"] = inc, rc
     res["recompute_scan_ms"] = statistics.median(res["scan_ms"])
     res["output_rows"] = outputs["incremental"].num_rows
-    res["outputs_equal"] = zset(outputs["incremental"]).equals(zset(outputs["recompute"]))
+    res["outputs_equal"] = _sorted_zset(outputs["incremental"]).equals(
+        _sorted_zset(outputs["recompute"]))
     res["counters_equal"] = state["incremental"] == state["recompute"]
     res["ok"] = bool(res["outputs_equal"] and res["counters_equal"])
     res["faster"] = "recompute" if rc < inc else "incremental"
@@ -274,44 +272,3 @@ def _verdict(r: dict[str, Any], key: str) -> str:
     if r[key]["choice"] == r["faster"]:
         return "yes"
     return f"yes (tie within {TIE:.0%})" if r["tie"] else "**no**"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench recompute``."""
-    p = argparse.ArgumentParser(prog="python -m bench recompute", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sf", type=float, default=1.0, help="TPC-DS scale factor (default 1)")
-    p.add_argument("--sizes", default=",".join(f"{s:g}" for s in SIZES),
-                   help="batch sizes as shares of the table's rows (default: %(default)s)")
-    p.add_argument("--kinds", default=",".join(KINDS),
-                   help="batch kinds: sales (right side), customer (left side)")
-    p.add_argument("--repeat", type=int, default=1, help="runs per path and size (median)")
-    p.add_argument("--probes", default="auto",
-                   help="StoreOptions.probe modes to measure, comma-separated: auto (probe "
-                        "cache allowed), point (every probe reads RocksDB); default auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("bench-results"))
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="where the stores go (default: a temp dir, removed after)")
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help="TPC-DS Parquet cache (default: $JOINSTATE_TPCDS_CACHE or "
-                        "~/.cache/joinstate/tpcds)")
-    a = p.parse_args(argv)
-    sizes = tuple(float(x) for x in a.sizes.split(",") if x.strip())
-    kinds = tuple(k for k in a.kinds.split(",") if k.strip())
-    if not sizes or any(not 0 < s <= 1 for s in sizes):
-        p.error(f"--sizes {a.sizes!r}: give shares in (0, 1], comma-separated")
-    if not kinds or any(k not in KINDS for k in kinds):
-        p.error(f"--kinds {a.kinds!r}: choose from {','.join(KINDS)}")
-    probes = tuple(m for m in a.probes.split(",") if m.strip())
-    if not probes or any(m not in ("auto", "point") for m in probes):
-        p.error(f"--probes {a.probes!r}: choose from auto,point")
-    if a.repeat < 1:
-        p.error("--repeat must be >= 1")
-    res = run(a.sf, sizes, kinds, a.repeat, a.seed, a.out, a.workdir, a.cache_dir, probes)
-    print(to_markdown(res))
-    print(f"\nwrote {a.out / 'recompute.json'} and {a.out / 'recompute.md'}")
-    if not res["ok"]:
-        print("CHECK FAILED: the two paths disagree (outputs or counters)", file=sys.stderr)
-        return 1
-    return 0

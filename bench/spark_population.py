@@ -21,12 +21,11 @@ Results: ``bench-results/spark-<stamp>.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,6 +33,9 @@ import pyarrow.parquet as pq
 import joinstate
 import population
 from population import synthetic as syn
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def _sides() -> tuple[joinstate.Side, joinstate.Side]:
@@ -176,50 +178,42 @@ def _warm_up(spark: Any, work: Path, strategy: str, batch_rows: int) -> None:
     with_spark(spark, work / "warm", tiny, strategy, 2, 1_000, 10_000, tiny["changes"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the in-process driver and the Spark driver on the same data; write results."""
-    p = argparse.ArgumentParser(prog="python -m bench spark", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--small", type=int, default=100_000, help="customers (%(default)s)")
-    p.add_argument("--large", type=int, default=1_000_000, help="sales rows (%(default)s)")
-    p.add_argument("--shards", default="2,8", help="shard counts (%(default)s)")
-    p.add_argument("--cores", default="2", help="local[N] (%(default)s)")
-    p.add_argument("--strategy", default="auto", help="population strategy (%(default)s)")
-    p.add_argument("--changes", type=int, default=20_000,
-                   help="rows of the change set applied after population (%(default)s)")
-    p.add_argument("--files", type=int, default=4, help="Parquet files of sales")
-    p.add_argument("--batch-rows", type=int, default=65_536)
-    p.add_argument("--out", type=Path, default=Path("bench-results"))
-    p.add_argument("--keep", action="store_true", help="keep the data and state directories")
-    args = p.parse_args(argv)
+def run_benchmark(*, small: int = 100_000, large: int = 1_000_000,
+                  shards: Sequence[int] = (2, 8), cores: str = "2", strategy: str = "auto",
+                  changes: int = 20_000, files: int = 4, batch_rows: int = 65_536,
+                  out: Path = Path("bench-results"), keep: bool = False) -> int:
+    """Run the in-process driver and the Spark driver on the same data; write results.
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    work = (args.out / "spark-work").resolve()
+    What ``joinstate bench spark`` runs: ``small`` customers x ``large`` sales in
+    ``files`` Parquet files, Spark at each of ``shards`` on ``local[cores]``, then a
+    change set of ``changes`` new sales applied both ways.  Returns the exit status (0).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    work = (out / "spark-work").resolve()
     work.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    print(f"data: {args.small:,} customers x {args.large:,} sales", flush=True)
-    paths = write_data(work / "data", args.small, args.large, args.files, args.batch_rows)
-    changes = change_set(args.changes, args.small, args.large)
-    pq.write_table(changes, paths["changes"] / "part-0.parquet")
+    print(f"data: {small:,} customers x {large:,} sales", flush=True)
+    paths = write_data(work / "data", small, large, files, batch_rows)
+    change_table = change_set(changes, small, large)
+    pq.write_table(change_table, paths["changes"] / "part-0.parquet")
 
     rows = []
     print("in-process ...", flush=True)
-    base = in_process(work, paths, args.strategy, args.small, args.large, changes,
-                      args.batch_rows)
+    base = in_process(work, paths, strategy, small, large, change_table, batch_rows)
     rows.append(base)
     print(f"  {base['wall']:.2f} s, {base['rows_per_s']:,.0f} rows/s", flush=True)
 
     import spark_io
 
     t = time.perf_counter()
-    spark = spark_io.local_session("joinstate-bench", cores=args.cores)
+    spark = spark_io.local_session("joinstate-bench", cores=cores)
     session_start = time.perf_counter() - t
     try:
         (work / "warm").mkdir(exist_ok=True)
-        _warm_up(spark, work, args.strategy, args.batch_rows)
-        for shards in (int(s) for s in args.shards.split(",")):
-            print(f"spark, {shards} shards ...", flush=True)
-            r = with_spark(spark, work, paths, args.strategy, shards, args.small, args.large,
+        _warm_up(spark, work, strategy, batch_rows)
+        for n_shards in shards:
+            print(f"spark, {n_shards} shards ...", flush=True)
+            r = with_spark(spark, work, paths, strategy, n_shards, small, large,
                            paths["changes"])
             rows.append(r)
             print(f"  {r['wall']:.2f} s, {r['rows_per_s']:,.0f} rows/s, jobs {r['jobs']}, "
@@ -231,18 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
 
     md = [f"# Spark population benchmark {stamp}", "",
-          f"{args.small:,} customers (unique key) x {args.large:,} sales, strategy "
-          f"`{args.strategy}`, local[{args.cores}]; SparkSession start {session_start:.1f} s "
+          f"{small:,} customers (unique key) x {large:,} sales, strategy "
+          f"`{strategy}`, local[{cores}]; SparkSession start {session_start:.1f} s "
           "(not included). Apply: one change set of "
-          f"{args.changes:,} new sales rows.", "",
+          f"{changes:,} new sales rows.", "",
           table(rows, base["wall"], base["apply_wall"]), ""]
-    results = {"started": stamp, "small": args.small, "large": args.large,
-               "cores": args.cores, "strategy": args.strategy,
+    results = {"started": stamp, "small": small, "large": large,
+               "cores": cores, "strategy": strategy,
                "session_start_s": session_start, "runs": rows}
-    (args.out / f"spark-{stamp}.json").write_text(json.dumps(results, indent=1, default=str))
-    (args.out / f"spark-{stamp}.md").write_text("\n".join(md))
-    if not args.keep:
+    (out / f"spark-{stamp}.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / f"spark-{stamp}.md").write_text("\n".join(md))
+    if not keep:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(md))
-    print(f"wrote {args.out / f'spark-{stamp}.json'} and .md")
+    print(f"wrote {out / f'spark-{stamp}.json'} and .md")
     return 0

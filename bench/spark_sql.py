@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from bench.q4ref import Reference, reference_sql
+from joinstate.testing import zset
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -39,11 +40,6 @@ __all__ = ["recompute"]
 def _median_summary(ms: list[float]) -> dict[str, Any]:
     return {"ms": [round(x, 3) for x in ms], "first_ms": ms[0],
             "median_ms": statistics.median(ms), "max_ms": max(ms)}
-
-
-def _rows(table: pa.Table, columns: list[str]) -> Counter[tuple[Any, ...]]:
-    cols = [table.column(c).to_pylist() for c in columns]
-    return Counter(zip(*cols, strict=True))
 
 
 def recompute(tables: Mapping[str, pa.Table], runs: int = 3, *,
@@ -96,7 +92,7 @@ def recompute(tables: Mapping[str, pa.Table], runs: int = 3, *,
         ref.close()
     columns = list(want.column_names)
     got = Counter(tuple(r[c] for c in columns) for r in answer_rows)
-    matches = got == _rows(want, columns) and yt_rows == want_yt.num_rows
+    matches = got == zset(want, columns) and yt_rows == want_yt.num_rows
     return {"year_total": _median_summary(yt_ms), "answer": _median_summary(ans_ms),
             "rows": {"year_total": yt_rows, "q4": len(answer_rows)},
             "want_rows": {"year_total": want_yt.num_rows, "q4": want.num_rows},

@@ -27,7 +27,6 @@ recorded before each way.  Results: ``<out>/sparkjoin.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -46,7 +45,7 @@ from bench import tpcds
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["main", "run"]
+__all__ = ["run", "to_markdown"]
 
 CUSTOMER_COLUMNS = ["c_customer_sk", "c_customer_id", "c_first_name", "c_last_name",
                     "c_birth_year", "c_email_address"]
@@ -406,32 +405,3 @@ def _tasks_note(job: dict[str, Any]) -> str:
 
 def _sink_note(seconds: float | None) -> str:
     return "sink not called" if seconds is None else f"in the sink {seconds:.3f}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m bench sparkjoin [--sf 1] [--shards 2] ...``."""
-    ap = argparse.ArgumentParser(prog="python -m bench sparkjoin", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sf", type=float, default=1.0)
-    ap.add_argument("--shards", type=int, default=2)
-    ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--strategy", default="auto")
-    ap.add_argument("--micro-rows", type=int, default=600)
-    ap.add_argument("--skip", default="", help="comma list of inproc,sparkjoin,sss")
-    ap.add_argument("--read", default="auto",
-                    help="comma list of SparkJoin.populate read= ways (auto,files,shuffle); "
-                         "micro-batches run after the first")
-    ap.add_argument("--out", type=Path, default=Path("bench-results"))
-    ap.add_argument("--workdir", type=Path, default=None)
-    a = ap.parse_args(argv)
-    res = run(a.sf, shards=a.shards, cores=a.cores, strategy=a.strategy,
-              micro_rows=a.micro_rows, out=a.out, workdir=a.workdir,
-              skip=tuple(s for s in a.skip.split(",") if s),
-              reads=tuple(r for r in a.read.split(",") if r))
-    print(to_markdown(res))
-    print(f"\nreport: {a.out / 'sparkjoin.md'}")
-    return 0 if res["ok"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

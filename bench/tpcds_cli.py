@@ -1,6 +1,6 @@
 """``joinstate bench tpcds``: TPC-DS q4 kept live, checked by DuckDB, reported with charts.
 
-The command (in :mod:`joinstate.cli`) parses options and calls :func:`run`, which runs
+The command (:mod:`bench.commands.suites`) parses options and calls :func:`run`, which runs
 the existing suites and hands their results to :mod:`bench.report`:
 
 1. :func:`bench.q4.run_q4`: the q4 pipeline populated once per population strategy

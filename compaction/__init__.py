@@ -8,7 +8,7 @@ guard makes sure no column family is left with auto-compaction disabled, whateve
 happens, and is the one place where deletes re-enable compaction.
 
     control = compaction.CompactionControl(store, {s: join.index(s) for s in ("left", "right")})
-    policies = [compaction.EpsioPolicy(), compaction.Guard()]
+    policies = [compaction.AsymmetricPolicy(), compaction.Guard()]
     with compaction.guarded(control):
         for p in policies:
             p.observe(compaction.SideFinished("left", small=True), control)
@@ -18,10 +18,10 @@ compaction switches) is measured by :mod:`joinstate.activity`; its functions are
 re-exported here for convenience.
 """
 
+from compaction.asymmetric import AsymmetricPolicy
 from compaction.bulkload import BulkLoadPolicy
 from compaction.control import CompactionControl, guarded
 from compaction.defaults import RocksDBDefaults
-from compaction.epsio import EpsioPolicy
 from compaction.guard import Guard
 from compaction.policy import (
     BatchWritten,
@@ -42,11 +42,11 @@ from joinstate.activity import (
 
 __all__ = [
     "CF_PROPERTIES",
+    "AsymmetricPolicy",
     "BatchWritten",
     "BulkLoadPolicy",
     "CompactionControl",
     "CompactionPolicy",
-    "EpsioPolicy",
     "Event",
     "Guard",
     "PopulationEnded",

@@ -1,4 +1,4 @@
-"""The baseline: leave RocksDB's own compaction alone (what Epsio started from)."""
+"""The baseline: leave RocksDB's own compaction alone (what the other policies improve on)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""A progress bar on a terminal, silence elsewhere; works without tqdm installed.
+"""A progress display on a terminal, silence elsewhere.
 
-tqdm is an optional dependency (the ``bench`` extra): the library must not need it, and
-must never draw on a non-terminal stderr (logs, CI, Spark executors).
+rich draws it, on stderr, only when stderr is a terminal: logs, CI and Spark executors
+never get control characters.  The library draws nothing else and never configures
+logging; a caller that wants no display passes ``progress=False``.
 """
 
 from __future__ import annotations
@@ -13,26 +14,45 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """Counts rows per side; draws a tqdm bar only if asked, tqdm exists and stderr is a tty."""
+    """Counts rows per side; draws one rich progress bar if asked and stderr is a terminal.
+
+    ``bar`` is the live rich display, or None when nothing is drawn.
+    """
 
     def __init__(self, enabled: bool, total: int | None, desc: str) -> None:
         self.bar: Any = None
+        self._task: Any = None
         if not enabled or not sys.stderr.isatty():
             return
-        try:
-            from tqdm import tqdm
-        except ImportError:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as Bar
+
+        console = Console(file=sys.stderr)
+        if not console.is_terminal:
             return
-        self.bar = tqdm(total=total, desc=desc, unit="rows", unit_scale=True, leave=False)
+        self.bar = Bar(
+            TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+            TextColumn("{task.completed:,.0f} rows"), TextColumn("{task.fields[side]}"),
+            TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, transient=True,
+        )
+        self._task = self.bar.add_task(desc, total=total, side="")
+        self.bar.start()
 
     def update(self, side: str, rows: int) -> None:
         """Advance by ``rows`` rows of ``side``."""
         if self.bar is not None:
-            self.bar.set_postfix_str(side, refresh=False)
-            self.bar.update(rows)
+            self.bar.update(self._task, advance=rows, side=side)
 
     def close(self) -> None:
-        """Remove the bar."""
+        """Remove the display."""
         if self.bar is not None:
-            self.bar.close()
+            self.bar.stop()
             self.bar = None

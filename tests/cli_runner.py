@@ -10,7 +10,7 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from joinstate.cli import cli
+from bench.cli import cli
 
 __all__ = ["assert_one_line_error", "run"]
 

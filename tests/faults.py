@@ -15,15 +15,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 import joinstate
+from joinstate import testing
 
 if TYPE_CHECKING:
+    from collections import Counter
     from collections.abc import Iterator, Sequence
 
 W = joinstate.WEIGHT
@@ -39,20 +40,13 @@ def table(schema: pa.Schema, rows: Sequence[Row], weights: Sequence[int] | None 
     return pa.table(cols)
 
 
-def _exact(v: Any) -> Any:
-    # float.hex keeps -0.0 apart from 0.0 and makes every NaN compare equal to itself.
-    return v.hex() if isinstance(v, float) else v
-
-
 def zset(t: pa.Table) -> Counter[Row]:
-    """A table with ``_weight`` as a Counter of exact row tuples (weights summed)."""
-    names = [n for n in t.column_names if n != W]
-    cols = [t.column(n).to_pylist() for n in names]
-    weights = t.column(W).to_pylist() if W in t.column_names else [1] * t.num_rows
-    out: Counter[Row] = Counter()
-    for row, w in zip(zip(*cols, strict=True), weights, strict=True):
-        out[tuple(_exact(v) for v in row)] += w
-    return Counter({r: w for r, w in out.items() if w != 0})
+    """A change set as a Z-set of exact row tuples, floats compared bit for bit.
+
+    ``-0.0`` stays apart from ``0.0`` (every NaN is one NaN): a fault must leave the state
+    exactly as it was, not merely SQL-equal.
+    """
+    return testing.zset(t, float_bits=True)
 
 
 def snapshot(join: joinstate.Join) -> dict[str, Any]:

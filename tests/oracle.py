@@ -1,10 +1,11 @@
 """Plain-Python reference semantics for joins over Z-sets.
 
 The differential tests compare everything ``joinstate`` emits against this
-module. It deliberately shares no code with the library (no RocksDB, no codecs,
-no ``joinstate`` imports): it recomputes the whole join from the integrated
-inputs with the most direct reading of SQL bag semantics, so that a bug in the
-incremental machinery cannot hide behind the same bug in the oracle.
+module. It deliberately shares no code with the engine (no RocksDB, no codecs;
+change sets are read into Z-sets by ``joinstate.testing``, plain Python over
+``to_pylist``): it recomputes the whole join from the integrated inputs with the
+most direct reading of SQL bag semantics, so that a bug in the incremental
+machinery cannot hide behind the same bug in the oracle.
 
 A Z-set is a ``collections.Counter`` mapping a row tuple (column values in a
 fixed order, as produced by ``pyarrow``'s ``to_pylist()``) to a non-zero
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
+
+from joinstate.testing import integrate, zset
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -43,7 +46,7 @@ def zset_from_rows(rows: Iterable[tuple[Row, int]]) -> Counter[Row]:
 
 def zset_add(*zsets: Counter[Row]) -> Counter[Row]:
     """Sum Z-sets (weights may be negative) and drop zero entries."""
-    return zset_from_rows((row, w) for zset in zsets for row, w in zset.items())
+    return integrate(zsets)
 
 
 def zset_from_table(table: pa.Table | pa.RecordBatch, columns: Sequence[str]) -> Counter[Row]:
@@ -53,13 +56,7 @@ def zset_from_table(table: pa.Table | pa.RecordBatch, columns: Sequence[str]) ->
     and one that lists it once with weight 2 read the same. Without a
     ``_weight`` column every row counts +1, as the change-set format defines.
     """
-    values = [table.column(name).to_pylist() for name in columns]
-    if WEIGHT_COLUMN in table.schema.names:
-        weights = table.column(WEIGHT_COLUMN).to_pylist()
-    else:
-        weights = [1] * table.num_rows
-    rows: list[Row] = list(zip(*values, strict=True)) if values else [()] * table.num_rows
-    return zset_from_rows(zip(rows, weights, strict=True))
+    return zset(table, columns)
 
 
 def _key_of(row: Row, key_idx: Sequence[int]) -> Row | None:

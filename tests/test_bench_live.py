@@ -12,6 +12,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("duckdb_extension_tpcds")
 
 from bench import live, tpcds  # after the skips: the bench extra
+from bench.cli import bench_main
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -96,8 +97,8 @@ def test_main_exits_non_zero_when_the_check_fails(
 ) -> None:
     real = live.check
     monkeypatch.setattr(live, "check", lambda o, c, s: real(o[:-1], c, s))
-    rc = live.main(["--sf", str(SF), "--sizes", "0.01", "--repeat", "1", "--no-point-pass",
-                    "--out", str(tmp_path / "out"), "--cache-dir", str(cache)])
+    rc = bench_main(["live", "--sf", str(SF), "--sizes", "0.01", "--repeat", "1",
+                     "--no-point-pass", "--out", str(tmp_path / "out"), "--cache-dir", str(cache)])
     assert rc == 1
     assert (tmp_path / "out" / "live.md").exists()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import joinstate
+from joinstate.testing import zset
 
 SCHEMA = pa.schema([("k", pa.int64()), ("s", pa.string()), ("x", pa.float64())])
 
@@ -23,20 +23,6 @@ def _canon(v: Any) -> Any:
             return "NaN"
         return 0.0 if v == 0 else v
     return v
-
-
-def _bag(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    """The Z-set of a weighted table (zero weights dropped), floats canonical."""
-    out: Counter[tuple[Any, ...]] = Counter()
-    names = [n for n in table.column_names if n not in ("_weight", "_change_type")]
-    rows = table.to_pylist()
-    for r in rows:
-        key = tuple(_canon(r[n]) for n in names)
-        if "_change_type" in r:
-            out[key] += 1 if r["_change_type"] == "insert" else -1
-        else:
-            out[key] += r.get("_weight", 1)
-    return Counter({k: v for k, v in out.items() if v})
 
 
 def _table(rows: list[tuple[Any, ...]], weights: list[int]) -> pa.Table:
@@ -153,7 +139,7 @@ def test_a_join_output_round_trips() -> None:
         out = join.push("right", pa.table({"rk": [1, 2, 2], "b": [0.5, 1.5, 1.5]}))
     back = joinstate.from_changes(joinstate.to_changes(out))
     assert back.schema == out.schema
-    assert _bag(back) == _bag(out)
+    assert zset(back) == zset(out)
 
 
 ROWS = st.tuples(
@@ -169,14 +155,14 @@ def test_round_trips(items: list[tuple[tuple[Any, ...], int]]) -> None:
     t = _table([r for r, _ in items], [w for _, w in items])
     changes = joinstate.to_changes(t)
     assert changes.num_rows == sum(abs(w) for _, w in items)
-    assert _bag(changes) == _bag(t)
+    assert zset(changes) == zset(t)
     back = joinstate.from_changes(changes)
-    assert _bag(back) == _bag(t)
-    assert back.num_rows == len(_bag(t))  # consolidated: one row per distinct row
+    assert zset(back) == zset(t)
+    assert back.num_rows == len(zset(t))  # consolidated: one row per distinct row
     assert 0 not in back.column("_weight").to_pylist()
     # and the other way round: the net changes survive
     again = joinstate.to_changes(back)
-    assert _bag(again) == _bag(changes)
+    assert zset(again) == zset(changes)
     def rows(t: pa.Table) -> list[tuple[Any, ...]]:
         return [tuple(_canon(v) for v in r.values()) for r in t.to_pylist()]
 

@@ -22,7 +22,8 @@ from cli_runner import assert_one_line_error, run
 from faults import flip_bytes, sst_files
 
 import joinstate
-from joinstate.cli import main
+from bench.cli import main
+from joinstate.testing import zset
 
 N_CUSTOMERS = 100
 N_SALES = 600
@@ -43,16 +44,6 @@ def sales() -> pa.Table:
         "ss_customer_sk": pa.array([i % 120 for i in range(N_SALES)], pa.int32()),
         "ss_net_paid": [float(i) for i in range(N_SALES)],
     }, schema=SALES)
-
-
-
-
-def zset(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    out: Counter[tuple[Any, ...]] = Counter()
-    names = [n for n in table.column_names if n != "_weight"]
-    for r in table.to_pylist():
-        out[tuple(r[n] for n in names)] += r.get("_weight", 1)
-    return Counter({k: v for k, v in out.items() if v})
 
 
 def expected_join() -> Counter[tuple[Any, ...]]:
@@ -107,14 +98,14 @@ def test_help_lists_commands_with_examples() -> None:
         assert "Examples" in sub.output and f"joinstate {command}" in sub.output
 
 
-def test_console_script_is_installed_and_cli_imports_no_higher_layer() -> None:
+def test_console_script_is_installed_and_cli_imports_no_optional_dependency() -> None:
     script = Path(sys.executable).parent / "joinstate"
     assert script.exists(), "reinstall: pip install -e ."
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0 and joinstate.__version__ in done.stdout
-    probe = ("import sys, joinstate.cli; bad = [m for m in ('population', 'pyspark', "
-             "'spark_io', 'bench') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    probe = ("import sys, bench.cli; bad = [m for m in ('pyspark', 'spark_io', 'duckdb', "
+             "'matplotlib') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -22,6 +22,7 @@ import pytest
 from cli_runner import assert_one_line_error, run
 
 import joinstate
+from joinstate.testing import zset
 
 CUSTOMERS = pa.schema([("c_id", pa.int64()), ("c_name", pa.string())])
 ORDERS = pa.schema([("o_id", pa.int64()), ("o_customer", pa.int64()),
@@ -79,16 +80,6 @@ def per_name(cust: pa.Table, ords: list[dict[str, Any]]) -> Counter[tuple[Any, .
             total[names[o["o_customer"]]] += o["o_amount"]
             count[names[o["o_customer"]]] += 1
     return Counter({(n, total[n], count[n]): 1 for n in count})
-
-
-def zset(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    names = [n for n in table.column_names if n != "_weight"]
-    out: Counter[tuple[Any, ...]] = Counter()
-    for r in table.to_pylist():
-        out[tuple(r[n] for n in names)] += r["_weight"]
-    return Counter({k: v for k, v in out.items() if v})
-
-
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def test_compaction_reenabled_after_failing_output_sink(tmp_path: Any) -> None:
         assert not any(compaction.auto_compaction_flags(store.path).values())
 
 
-def test_epsio_compacts_small_side_and_disables_big_side(tmp_path: Any) -> None:
+def test_asymmetric_policy_compacts_small_side_and_disables_big_side(tmp_path: Any) -> None:
     """Small side one sorted run when the big side streams in; big side uncompacted."""
     opts = joinstate.StoreOptions(write_buffer_size=1 << 20)
     snapshots: list[dict[str, Any]] = []
@@ -143,7 +143,7 @@ def test_guard_reenables_when_l0_passes_limit(tmp_path: Any) -> None:
         assert all(a["action"] != "disable" for a in later)
 
 
-@pytest.mark.parametrize("policy", [compaction.EpsioPolicy, compaction.BulkLoadPolicy])
+@pytest.mark.parametrize("policy", [compaction.AsymmetricPolicy, compaction.BulkLoadPolicy])
 def test_guard_reenables_on_big_side_deletes(tmp_path: Any, policy: Any) -> None:
     """The one rule "deletes re-enable compaction" lives in the guard, not in the policies."""
     with joinstate.StateStore(tmp_path / "s") as store:
@@ -184,7 +184,7 @@ def test_guarded_restores_and_propagates(tmp_path: Any) -> None:
 
 
 def test_policies_satisfy_the_protocol() -> None:
-    for p in (compaction.RocksDBDefaults(), compaction.EpsioPolicy(),
+    for p in (compaction.RocksDBDefaults(), compaction.AsymmetricPolicy(),
               compaction.BulkLoadPolicy(), compaction.Guard()):
         assert isinstance(p, compaction.CompactionPolicy)
     with pytest.raises(ValueError, match="l0_limit"):

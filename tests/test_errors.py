@@ -26,6 +26,7 @@ import pyarrow as pa
 import pytest
 
 import joinstate
+from joinstate.testing import zset
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -57,18 +58,8 @@ def delta(schema: pa.Schema, rows: list[Row], weights: list[int] | None = None) 
     return pa.table(cols)
 
 
-def as_counter(table: pa.Table) -> Counter[Row]:
-    """A table with ``_weight`` as a multiset of rows (order-free comparison)."""
-    names = [n for n in table.column_names if n != W]
-    rows = zip(*[table.column(n).to_pylist() for n in names], strict=True) if names else []
-    out: Counter[Row] = Counter()
-    for r, w in zip(rows, table.column(W).to_pylist(), strict=True):
-        out[tuple(r)] += w
-    return Counter({r: w for r, w in out.items() if w})
-
-
 def snapshot(join: joinstate.Join) -> tuple[Counter[Row], Counter[Row]]:
-    return as_counter(join.state("left")), as_counter(join.state("right"))
+    return zset(join.state("left")), zset(join.state("right"))
 
 
 def check_error(exc: BaseException, kind: type[Exception], *culprits: str) -> None:
@@ -118,11 +109,11 @@ class Scenario:
         legal insert or retraction had been applied; the other-side pushes probe keys 1,
         2, 7 and 5 (and retract an other-side row, which emits degree transitions).
         """
-        outs = [as_counter(join.push(self.other, delta(  # type: ignore[arg-type]
+        outs = [zset(join.push(self.other, delta(  # type: ignore[arg-type]
             OTHER_SCHEMA, [(1, "p1"), (2, "p2"), (7, "p7"), (5, "p5"), (None, "pn")])))]
-        outs.append(as_counter(join.push(self.tested, delta(  # type: ignore[arg-type]
+        outs.append(zset(join.push(self.tested, delta(  # type: ignore[arg-type]
             TESTED, [(7, 7, 70, "new"), (2, 2, 20, "b")], [1, -1]))))
-        outs.append(as_counter(join.push(self.other, delta(  # type: ignore[arg-type]
+        outs.append(zset(join.push(self.other, delta(  # type: ignore[arg-type]
             OTHER_SCHEMA, [(2, "o2"), (7, "o7")], [-1, -1]))))
         return outs
 
@@ -254,15 +245,15 @@ def test_cross_batch_duplicate_under_another_join_key_keeps_bag_semantics(
     store, join = sc.open(tmp_path / "s")
     with store:
         sc.seed(join)
-        before = as_counter(join.state("right"))
+        before = zset(join.state("right"))
         rows = CROSS_BATCH_DUPLICATES[case]
         join.push("right", delta(TESTED, [r for r, _ in rows], [w for _, w in rows]))
         expected = before.copy()
         for r, w in rows:
             expected[r] += w
-        assert as_counter(join.state("right")) == expected
+        assert zset(join.state("right")) == expected
         # A left push probing key 5 sees exactly the rows stored under 5.
-        out = as_counter(join.push("left", delta(OTHER_SCHEMA, [(5, "p5")])))
+        out = zset(join.push("left", delta(OTHER_SCHEMA, [(5, "p5")])))
         stored_under_5 = sum(w for r, w in expected.items() if r[0] == 5)
         assert sum(out.values()) == stored_under_5
 
@@ -273,7 +264,7 @@ def test_update_in_one_batch_is_not_a_violation(store: joinstate.StateStore, lay
     join = store.join("j", left=LAYOUTS[layout], right=OTHER)
     join.push("left", delta(TESTED, SEED))
     join.push("left", delta(TESTED, [(1, 1, 10, "a"), (1, 1, 11, "new")], [-1, 1]))
-    assert as_counter(join.state("left")) == Counter(
+    assert zset(join.state("left")) == Counter(
         {(1, 1, 11, "new"): 1, (2, 2, 20, "b"): 1, (None, 3, 30, "n"): 1}
     )
 
@@ -373,7 +364,7 @@ def test_safe_casts_are_accepted(store: joinstate.StateStore) -> None:
     state = join.state("left")
     assert state.schema.field("k").type == pa.int64()
     assert state.schema.field("n").type == pa.int16()
-    assert as_counter(state) == Counter(
+    assert zset(state) == Counter(
         {(1, 1, -32_768, "x"): 1, (2, 2, 32_767, "y"): 2, (None, 3, 5, "x"): 1}
     )
 
@@ -582,7 +573,7 @@ def test_join_after_close_raises_state_closed(tmp_path: Path) -> None:
     # A new store on the same path works, and the old join stays closed.
     with joinstate.StateStore(tmp_path) as again:
         fresh = again.join("j", left=OTHER, right=OTHER)
-        assert as_counter(fresh.state("left")) == Counter({(1, "x"): 1})
+        assert zset(fresh.state("left")) == Counter({(1, "x"): 1})
         with pytest.raises(joinstate.StateClosedError):
             join.push("right", table)
 
@@ -626,4 +617,4 @@ def test_close_releases_the_lock_while_a_push_error_is_kept(tmp_path: Path) -> N
     store.close()
     with joinstate.StateStore(tmp_path) as again:
         join = again.join("j", left=LAYOUTS["bag"], right=OTHER)
-        assert as_counter(join.state("left")) == Counter({r: 1 for r in SEED})
+        assert zset(join.state("left")) == Counter({r: 1 for r in SEED})

@@ -24,6 +24,7 @@ import rocksdict as rd
 
 import joinstate
 from joinstate.names import index_cf
+from joinstate.testing import zset
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -254,15 +255,6 @@ def oracle(how: str, left: Counter[Row], right: Counter[Row]) -> Counter[Row]:
     return out
 
 
-def as_counter(table: pa.Table) -> Counter[Row]:
-    names = [n for n in table.column_names if n != W]
-    cols = [table.column(n).to_pylist() for n in names]
-    out: Counter[Row] = Counter()
-    for i, w in enumerate(table.column(W).to_pylist()):
-        out[tuple(c[i] for c in cols)] += w
-    return out
-
-
 def nonzero(c: Counter[Row]) -> dict[Row, int]:
     return {r: w for r, w in c.items() if w}
 
@@ -341,7 +333,7 @@ def test_memtable_overrides_give_correct_joins(tmp_path: Path, name: str) -> Non
 
     def push(join: joinstate.Join, side: str, n: int) -> None:
         table, _ = models[side].batch(n)
-        total.update(as_counter(join.push(side, table)))  # type: ignore[arg-type]
+        total.update(zset(join.push(side, table)))  # type: ignore[arg-type]
         want = oracle(how, models["left"].rows, models["right"].rows)
         assert nonzero(total) == nonzero(want)
 
@@ -358,7 +350,7 @@ def test_memtable_overrides_give_correct_joins(tmp_path: Path, name: str) -> Non
         for i in range(12):
             push(join, "left" if i % 2 else "right", rng.randint(1, 4))
         for side in ("left", "right"):
-            assert nonzero(as_counter(join.state(side))) == nonzero(models[side].rows)
+            assert nonzero(zset(join.state(side))) == nonzero(models[side].rows)
         store.flush()
         push(join, "left", 3)
     with joinstate.StateStore(tmp_path, options) as store:
@@ -366,7 +358,7 @@ def test_memtable_overrides_give_correct_joins(tmp_path: Path, name: str) -> Non
         for i in range(6):
             push(join, "right" if i % 2 else "left", rng.randint(1, 30))
         for side in ("left", "right"):
-            assert nonzero(as_counter(join.state(side))) == nonzero(models[side].rows)  # type: ignore[arg-type]
+            assert nonzero(zset(join.state(side))) == nonzero(models[side].rows)  # type: ignore[arg-type]
         stats = join.stats()
         for side in ("left", "right"):
             assert stats[side]["rows"] == sum(models[side].rows.values())
@@ -386,6 +378,6 @@ def test_compression_and_store_wide_memtable(tmp_path: Path, compression: str) -
         store.flush()
     with joinstate.StateStore(tmp_path, options) as store:
         join = store.join("c", left=side, right=side)
-        assert nonzero(as_counter(join.state("left"))) == rows
+        assert nonzero(zset(join.state("left"))) == rows
         out = join.push("right", pa.table({"k": [3], "v": ["probe"]}))
-        assert nonzero(as_counter(out)) == {(*r, 3, "probe"): 1 for r in rows if r[0] == 3}
+        assert nonzero(zset(out)) == {(*r, 3, "probe"): 1 for r in rows if r[0] == 3}

@@ -34,6 +34,7 @@ import sqlglot
 
 import joinstate
 from bench import q4, tpcds
+from joinstate.testing import compare
 from planner.sql import Source, UnsupportedSQLError, compile, plan
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class Check:
         got = (self.integrated.state(self.name) if self.name in self.integrated.pending
                else want.slice(0, 0))
         got = got.rename_columns(want.column_names)
-        res = q4.compare(got, want)
+        res = compare(got, want)
         assert res["ok"], f"{self.name} after {when}: {res}"
         lim = self.con.execute(self.sql).to_arrow_table()
         read = self.p.read(self.name)
@@ -93,7 +94,7 @@ class Check:
         read = read.rename_columns(lim.column_names)
         assert read.num_rows == lim.num_rows, f"{self.name} after {when}: read " \
                                               f"{read.num_rows} rows, DuckDB {lim.num_rows}"
-        assert q4.compare(read, lim)["ok"] or _tied_at_the_limit(lim, want, order), (
+        assert compare(read, lim)["ok"] or _tied_at_the_limit(lim, want, order), (
             f"{self.name} after {when}: read() differs from DuckDB's")
         for c in order:  # the ORDER BY keys come in DuckDB's order
             a = [_norm(x) for x in read[c].to_pylist()]

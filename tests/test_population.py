@@ -412,24 +412,31 @@ def test_sink_with_two_arguments_gets_the_batch(tmp_path: Any) -> None:
 
 def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty:
+        def __init__(self) -> None:
+            self.written: list[str] = []
+
         def isatty(self) -> bool:
             return True
 
         def write(self, s: str) -> int:
+            self.written.append(s)
             return len(s)
 
         def flush(self) -> None:
             pass
 
     assert Progress(True, 10, "x").bar is None  # pytest's stderr is not a terminal
-    monkeypatch.setattr(sys, "stderr", Tty())
-    bar = Progress(True, 10, "x")
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.delenv("TERM", raising=False)
+    bar = Progress(True, 10, "populate x")
     assert bar.bar is not None
     bar.update("left", 5)
+    assert bar.bar.tasks[0].completed == 5 and bar.bar.tasks[0].fields["side"] == "left"
     bar.close()
+    assert bar.bar is None
+    assert "populate x" in "".join(tty.written)  # rich drew it on the terminal
     assert Progress(False, 10, "x").bar is None
-    monkeypatch.setitem(sys.modules, "tqdm", None)  # tqdm not installed
-    assert Progress(True, 10, "x").bar is None
 
 
 def test_cli_populates_from_parquet_and_synthetic(tmp_path: Any, capsys: Any) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 import joinstate
 import population
+from joinstate.testing import integrate
 from population import PipelineReport, PopulationError, PopulationInterruptedError
 
 if TYPE_CHECKING:
@@ -47,16 +48,6 @@ def build(store: joinstate.StateStore, share: bool = True) -> joinstate.Pipeline
     p.output("growth", p.join_all({"a": per_year.filter(pc.field("yr") == 2000),
                                    "b": per_year.filter(pc.field("yr") == 2001)}, on="name"))
     return p
-
-
-def integrate(parts: list[pa.Table]) -> dict[tuple[Any, ...], int]:
-    acc: dict[tuple[Any, ...], int] = {}
-    for t in parts:
-        cols = [c for c in t.column_names if c != "_weight"]
-        for row, w in zip(zip(*(t.column(c).to_pylist() for c in cols), strict=True),
-                          t.column("_weight").to_pylist(), strict=True):
-            acc[row] = acc.get(row, 0) + w
-    return {k: v for k, v in acc.items() if v}
 
 
 def reference(d: dict[str, pa.Table]) -> dict[tuple[Any, ...], int]:

@@ -15,6 +15,7 @@ pytest.importorskip("duckdb_extension_tpcds")
 
 import joinstate
 from bench import q4  # after the skips: the bench extra
+from joinstate.testing import consolidate
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -65,35 +66,9 @@ def test_load_has_the_fixed_schemas(tables: Mapping[str, pa.Table]) -> None:
         assert t.schema.equals(q4.SCHEMAS[n]) and t.num_rows > 0
 
 
-def test_compare_doubles_to_tolerance_and_names_first_difference() -> None:
-    want = pa.table({"k": ["a", "b", None], "d": pa.array([Decimal("1.10"), None,
-                                                          Decimal("2.00")], pa.decimal128(7, 2)),
-                     "x": [1.0, 1e6, 0.0]})
-    close = pa.table({"k": [None, "b", "a"], "d": pa.array([Decimal("2.00"), None,
-                                                           Decimal("1.10")], pa.decimal128(38, 2)),
-                      "x": [1e-12, 1e6 * (1 + 1e-12), 1.0]})
-    assert q4.compare(close, want)["ok"]
-    off = close.set_column(2, "x", pa.array([0.0, 1e6 * (1 + 1e-6), 1.0]))
-    r = q4.compare(off, want)
-    assert not r["ok"] and r["mismatches"] == 1
-    assert r["got_at_first"]["k"] == "b" and r["want_at_first"]["k"] == "b"
-    dec = close.set_column(1, "d", pa.array([Decimal("2.01"), None, Decimal("1.10")],
-                                            pa.decimal128(38, 2)))
-    r = q4.compare(dec, want)
-    assert not r["ok"]
-    assert r["only_got"][0]["d"] == Decimal("2.01") and r["only_want"][0]["d"] == Decimal("2.00")
-    r = q4.compare(want.slice(1), want)
-    assert not r["ok"] and r["only_want_rows"] == 1 and r["only_got_rows"] == 0
-    assert not q4.compare(want.select(["k", "x", "d"]), want)["ok"]
-
-
-def test_consolidate_and_integrate() -> None:
+def test_integrated_outputs() -> None:
     t = pa.table({"a": ["x", "x", None, None, "y"], "f": [1.5, 1.5, None, None, 2.0],
                   q4.WEIGHT: pa.array([1, 1, 1, -1, 1], pa.int64())})
-    c = q4.consolidate(t)
-    assert sorted(zip(c["a"].to_pylist(), c[q4.WEIGHT].to_pylist(), strict=True),
-                  key=repr) == [("x", 2), ("y", 1)]
-    assert q4.expand(c).num_rows == 3
     integ = q4.Integrated()
     integ.add({"o": t})
     integ.add({"o": t.slice(4).set_column(2, q4.WEIGHT, pa.array([-1], pa.int64()))})
@@ -239,7 +214,7 @@ class Recompute:
             parts = [q4.weighted(new, 1)]
             if name in self.prev:
                 parts.append(q4.weighted(self.prev[name], -1))
-            out[name] = q4.consolidate(pa.concat_tables(parts))
+            out[name] = consolidate(pa.concat_tables(parts))
             if not (name == "q4" and source == self.drop_q4_of):
                 self.prev[name] = new
             else:

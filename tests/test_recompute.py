@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from oracle import JOIN_TYPES, join_oracle, zset_add, zset_from_rows
+from oracle import JOIN_TYPES, join_oracle, zset_add
 from test_differential import CASES, JoinCase, SideCase, SideModel, build_delta, one_of
 
 import joinstate
+from joinstate.testing import zset
 from planner.batch import recorded
 from population.apply import apply, apply_batch
 from population.errors import PopulationError
@@ -57,12 +58,6 @@ def canonical(v: Any) -> Any:
     if isinstance(v, float):
         return "NaN" if math.isnan(v) else v + 0.0
     return v
-
-
-def zset(table: pa.Table, columns: list[str]) -> Counter[tuple[Any, ...]]:
-    values = [[canonical(v) for v in table.column(c).to_pylist()] for c in columns]
-    weights = table.column("_weight").to_pylist()
-    return zset_from_rows(zip(zip(*values, strict=True), weights, strict=True))
 
 
 def distinct_rows(table: pa.Table, columns: list[str]) -> bool:

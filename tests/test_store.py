@@ -27,6 +27,7 @@ import pyarrow as pa
 import pytest
 
 import joinstate
+from joinstate.testing import zset
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -61,15 +62,6 @@ def right_delta(
     return pa.table(cols)
 
 
-def as_counter(table: pa.Table) -> Counter[Row]:
-    names = [n for n in table.column_names if n != W]
-    out: Counter[Row] = Counter()
-    cols = [table.column(n).to_pylist() for n in names]
-    for i, w in enumerate(table.column(W).to_pylist()):
-        out[tuple(c[i] for c in cols)] += w
-    return Counter({r: w for r, w in out.items() if w})
-
-
 LEFT_ROWS = [(1, "a"), (1, "b"), (2, "c"), (None, "n")]
 RIGHT_ROWS = [(1, "x"), (3, "z")]
 
@@ -85,12 +77,12 @@ EXPECTED_RIGHT = Counter({(1, "x"): 1, (3, "z"): 1})
 
 def check_persisted(join: joinstate.Join) -> None:
     """State is what :func:`populate` pushed, and new pushes probe it correctly."""
-    assert as_counter(join.state("left")) == EXPECTED_LEFT
-    assert as_counter(join.state("right")) == EXPECTED_RIGHT
+    assert zset(join.state("left")) == EXPECTED_LEFT
+    assert zset(join.state("right")) == EXPECTED_RIGHT
     out = join.push("right", right_delta([(2, "y")]))
-    assert as_counter(out) == Counter({(2, "c", 2, "y"): 1})
+    assert zset(out) == Counter({(2, "c", 2, "y"): 1})
     out = join.push("left", left_delta([(3, "d"), (None, "m")]))
-    assert as_counter(out) == Counter({(3, "d", 3, "z"): 1})
+    assert zset(out) == Counter({(3, "d", 3, "z"): 1})
 
 
 # --------------------------------------------------------------------------- persistence
@@ -152,9 +144,9 @@ def test_two_joins_in_one_store_are_independent(tmp_path: Path) -> None:
         out = b.push("right", right_delta([(1, "only b")]))
         assert out.num_rows == 0  # a's left rows are not b's
         out = b.push("left", left_delta([(1, "b1"), (5, "b5")]))
-        assert as_counter(out) == Counter({(1, "b1", 1, "only b"): 1, (5, "b5", None, None): 1})
-        assert as_counter(a.state("right")) == EXPECTED_RIGHT
-        assert as_counter(a.state("left")) == EXPECTED_LEFT
+        assert zset(out) == Counter({(1, "b1", 1, "only b"): 1, (5, "b5", None, None): 1})
+        assert zset(a.state("right")) == EXPECTED_RIGHT
+        assert zset(a.state("left")) == EXPECTED_LEFT
     with joinstate.StateStore(tmp_path) as store:
         assert sorted(store.joins()) == ["a", "b"]
         cfs = store.column_families()
@@ -162,7 +154,7 @@ def test_two_joins_in_one_store_are_independent(tmp_path: Path) -> None:
             for side in ("left", "right"):
                 assert store.join(name).index(side).column_family in cfs
         b = store.join("b", left=LEFT, right=RIGHT, how="left")
-        assert as_counter(b.state("left")) == Counter({(1, "b1"): 1, (5, "b5"): 1})
+        assert zset(b.state("left")) == Counter({(1, "b1"): 1, (5, "b5"): 1})
         check_persisted(store.join("a", left=LEFT, right=RIGHT))
 
 
@@ -297,7 +289,7 @@ def test_close_and_reopen_repeatedly(tmp_path: Path) -> None:
             join.stats()
     with joinstate.StateStore(tmp_path) as store:
         join = store.join("j", left=LEFT, right=RIGHT)
-        assert as_counter(join.state("left")) == Counter({(i, str(i)): 1 for i in range(5)})
+        assert zset(join.state("left")) == Counter({(i, str(i)): 1 for i in range(5)})
 
 
 # --------------------------------------------------------------------------- commits, phase
@@ -309,12 +301,12 @@ def test_commit_id_applies_once_and_survives_reopen(tmp_path: Path) -> None:
         join.push("right", right_delta(RIGHT_ROWS))
         assert not join.committed("x")
         first = join.push("left", left_delta([(1, "a"), (3, "c")]), commit_id="x")
-        assert as_counter(first) == Counter({(1, "a", 1, "x"): 1, (3, "c", 3, "z"): 1})
+        assert zset(first) == Counter({(1, "a", 1, "x"): 1, (3, "c", 3, "z"): 1})
         assert join.committed("x") and not join.committed("y")
         second = join.push("left", left_delta([(1, "a"), (3, "c")]), commit_id="x")
         assert second.schema == first.schema
-        assert as_counter(second) == as_counter(first)
-        assert as_counter(join.state("left")) == Counter({(1, "a"): 1, (3, "c"): 1})
+        assert zset(second) == zset(first)
+        assert zset(join.state("left")) == Counter({(1, "a"): 1, (3, "c"): 1})
         assert join.stats()["left"]["rows"] == 2
     with joinstate.StateStore(tmp_path) as store:
         join = store.join("j", left=LEFT, right=RIGHT)
@@ -322,21 +314,21 @@ def test_commit_id_applies_once_and_survives_reopen(tmp_path: Path) -> None:
         # A retry after a restart with the same change returns the recorded output; the
         # same id with a different change is a conflict and applies nothing.
         third = join.push("left", left_delta([(3, "c"), (1, "a")]), commit_id="x")
-        assert as_counter(third) == as_counter(first)
+        assert zset(third) == zset(first)
         with pytest.raises(joinstate.CommitConflictError, match="'x'"):
             join.push("left", left_delta([(1, "zzz")]), commit_id="x")
         with pytest.raises(joinstate.CommitConflictError, match="'x'"):
             join.push("right", right_delta([(1, "a")]), commit_id="x")
-        assert as_counter(join.state("left")) == Counter({(1, "a"): 1, (3, "c"): 1})
+        assert zset(join.state("left")) == Counter({(1, "a"): 1, (3, "c"): 1})
         # Another id applies.
         out = join.push("left", left_delta([(1, "a")]), commit_id="y")
-        assert as_counter(out) == Counter({(1, "a", 1, "x"): 1})
-        assert as_counter(join.state("left")) == Counter({(1, "a"): 2, (3, "c"): 1})
+        assert zset(out) == Counter({(1, "a", 1, "x"): 1})
+        assert zset(join.state("left")) == Counter({(1, "a"): 2, (3, "c"): 1})
         # Forgetting ids makes them apply again.
         assert join.forget_commits(keep=lambda cid: cid == "y") == 1
         assert not join.committed("x") and join.committed("y")
         join.push("left", left_delta([(3, "c")], [-1]), commit_id="x")
-        assert as_counter(join.state("left")) == Counter({(1, "a"): 2})
+        assert zset(join.state("left")) == Counter({(1, "a"): 2})
 
 
 def test_failed_push_with_commit_id_is_not_recorded(tmp_path: Path) -> None:
@@ -346,7 +338,7 @@ def test_failed_push_with_commit_id_is_not_recorded(tmp_path: Path) -> None:
             join.push("left", left_delta([(1, "a")], [-1]), commit_id="c1")
         assert not join.committed("c1")
         join.push("left", left_delta([(1, "a")]), commit_id="c1")
-        assert as_counter(join.state("left")) == Counter({(1, "a"): 1})
+        assert zset(join.state("left")) == Counter({(1, "a"): 1})
 
 
 def test_phase_defaults_to_population_and_persists(tmp_path: Path) -> None:
@@ -381,16 +373,16 @@ def test_recreate_empty_switches_memtable_of_an_empty_index(tmp_path: Path) -> N
         join.push("left", left_delta([(i % 100, f"v{i}") for i in range(n)]))
         join.push("right", right_delta([(i, f"r{i}") for i in range(0, 200, 2)]))
         out = join.push("left", left_delta([(4, "new"), (5, "odd"), (None, "null")]))
-        assert as_counter(out) == Counter({(4, "new", 4, "r4"): 1})
+        assert zset(out) == Counter({(4, "new", 4, "r4"): 1})
         out = join.push("right", right_delta([(7, "r7"), (151, "r151")]))
-        assert as_counter(out) == Counter({(7, f"v{i}", 7, "r7"): 1 for i in range(7, n, 100)})
+        assert zset(out) == Counter({(7, f"v{i}", 7, "r7"): 1 for i in range(7, n, 100)})
         assert join.state("left").num_rows == n + 3
-        assert as_counter(join.state("right"))[(151, "r151")] == 1
+        assert zset(join.state("right"))[(151, "r151")] == 1
     with joinstate.StateStore(tmp_path, options) as store:
         join = store.join("j", left=LEFT, right=RIGHT)
         assert join.state("left").num_rows == n + 3
         out = join.push("left", left_delta([(151, "late")]))
-        assert as_counter(out) == Counter({(151, "late", 151, "r151"): 1})
+        assert zset(out) == Counter({(151, "late", 151, "r151"): 1})
 
 
 @pytest.mark.parametrize("flushed", [False, True], ids=["memtable", "flushed"])
@@ -414,8 +406,8 @@ def test_recreate_empty_refuses_a_non_empty_index(
             assert repr(cf) in str(info.value)
             del info
         want = EXPECTED_LEFT - Counter({(2, "c"): 1})
-        assert as_counter(join.state("left")) == want
-        assert as_counter(join.state("right")) == EXPECTED_RIGHT
+        assert zset(join.state("left")) == want
+        assert zset(join.state("right")) == EXPECTED_RIGHT
 
 
 # --------------------------------------------------------------------------- stats

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.rules.compaction import CompactionChoice
-from planner.rules.layout import RowLayout
+from planner.rules.layout import LayoutChoice
 from planner.rules.memtable import MemtableChoice
 from planner.rules.order import PopulationOrder
 from planner.rules.probe import ProbePath
@@ -41,11 +41,11 @@ __all__ = [
     "RULES",
     "CompactionChoice",
     "IndexSharing",
+    "LayoutChoice",
     "MemtableChoice",
     "PopulationOrder",
     "PopulationStrategy",
     "ProbePath",
-    "RowLayout",
     "SmallSide",
     "SparkDistribution",
 ]
@@ -54,7 +54,7 @@ RULES: tuple[Rule, ...] = (
     SmallSide(),
     PopulationOrder(),
     PopulationStrategy(),
-    RowLayout(),
+    LayoutChoice(),
     MemtableChoice(),
     CompactionChoice(),
     ProbePath(),

@@ -18,7 +18,7 @@ from planner.rules._text import rows
 if TYPE_CHECKING:
     from planner.context import IndexShape, PlanContext
 
-__all__ = ["RowLayout"]
+__all__ = ["LayoutChoice"]
 
 TOPIC = "layout"
 
@@ -30,14 +30,17 @@ _WHY = {
 }
 
 
-class RowLayout:
+class LayoutChoice:
     """Decide (record) the layout of every index, with what the statistics say about it.
+
+    The layouts themselves are :mod:`joinstate.layouts` (``KeyLayout``, ``UniqueLayout``,
+    ``BagLayout``); this rule records which one each index gets, and why.
 
     >>> from planner.plan import join_context
     >>> from planner.stats import given
     >>> ctx = join_context(given("left", 10, unique_key=["k"]), given("right", 99),
     ...                    left_key=["k"], right_key=["k"])
-    >>> [d.choice for d in RowLayout().apply(ctx)]
+    >>> [d.choice for d in LayoutChoice().apply(ctx)]
     ['key', 'bag']
     """
 

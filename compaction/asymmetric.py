@@ -1,4 +1,4 @@
-"""The Epsio policy: compact the small side once it is complete, stop compacting the big one.
+"""Asymmetric compaction: compact the small side once it is complete, stop compacting the big one.
 
 Why it works: after the small side is loaded it is only *read* (every big-side row
 probes it), so it should be one sorted run; the big side is from then on only *written*
@@ -17,15 +17,19 @@ if TYPE_CHECKING:
     from compaction.control import CompactionControl
     from compaction.policy import Event
 
-__all__ = ["EpsioPolicy"]
+__all__ = ["AsymmetricPolicy"]
 
 
-class EpsioPolicy:
+class AsymmetricPolicy:
     """On the small side's *finished* event: compact it fully, then disable the big side.
 
     If ``control.small`` is unset when a side finishes, the first side to finish is taken
     as the small one: under interleaved delivery that is what "small" means.  Population
     ending re-enables everything.
+
+    Its ``name``, ``"epsio"`` after the team that published the policy, is the identifier
+    plans, reports and population progress markers record (``Strategy.compaction``); an
+    interrupted population resumes from its marker, so the recorded identifier stays.
     """
 
     name = "epsio"
