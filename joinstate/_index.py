@@ -19,7 +19,7 @@ import pyarrow as pa
 from joinstate import _rocks
 from joinstate._bytes import Bytes
 from joinstate._probe import Entries, ProbeCache, ProbePolicy
-from joinstate._zset import Groups, checked_add, checked_sum_by, consolidate, group_keys
+from joinstate.zset import Groups, checked_add, checked_sum_by, consolidate, group_keys
 from joinstate.batch import PreparedBatch
 from joinstate.codec import RowCodec
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash

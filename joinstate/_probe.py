@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from joinstate._bytes import Bytes
-from joinstate._zset import checked_add
+from joinstate.zset import checked_add
 from joinstate.errors import StateCorruptedError
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ import pyarrow as pa
 from joinstate import _rocks
 from joinstate._bytes import Bytes
 from joinstate._keyset import EntryMap
-from joinstate._zset import checked_add, checked_sum, checked_sum_by, consolidate, group_rows
+from joinstate.zset import checked_add, checked_sum, checked_sum_by, consolidate, group_rows
 from joinstate.codec import RowCodec
 from joinstate.errors import OverRetractionError, StateCorruptedError
 from joinstate.keys import row_hash

@@ -55,7 +55,7 @@ import rocksdict as rd
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate._zset import (
+from joinstate.zset import (
     I64_MAX,
     I64_MIN,
     Groups,
@@ -108,7 +108,7 @@ class _Exact:
     Sums of decimals may legitimately exceed int64 (decimal128(38,s) holds 38 digits)
     and sums of int64 may pass through out-of-range values before coming back, so the
     arithmetic must be exact.  A float64 bound proves the common case safe (as in
-    :mod:`joinstate._zset`); only entries near the int64 limits go through Python ints.
+    :mod:`joinstate.zset`); only entries near the int64 limits go through Python ints.
     """
 
     __slots__ = ("big", "small")

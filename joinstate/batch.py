@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from joinstate._bytes import Bytes
-    from joinstate._zset import Groups
+    from joinstate.zset import Groups
     from joinstate.side import SideName
 
 __all__ = ["PreparedBatch"]

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from joinstate._zset import I64_MIN, checked_sum
+from joinstate.zset import I64_MIN, checked_sum
 from joinstate.errors import SchemaMismatchError, WeightOverflowError
 from joinstate.schema import WEIGHT, weights_of
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 from joinstate._bytes import is_identity
 from joinstate._index import Index, Staged
 from joinstate._probe import Entries
-from joinstate._zset import checked_mul, checked_sum_by, expand
+from joinstate.zset import checked_mul, checked_sum_by, expand
 from joinstate.activity import auto_compaction_flags
 from joinstate.catalog import spec_diff
 from joinstate.errors import (

@@ -46,7 +46,7 @@ from joinstate._probe import (
     Entries,
     Rental,
 )
-from joinstate._zset import (
+from joinstate.zset import (
     checked_add,
     checked_sum,
     checked_sum_by,

@@ -68,7 +68,7 @@ from joinstate._graph import (
 from joinstate._index import Index
 from joinstate._probe import Entries
 from joinstate._source_rows import SourceRows, check_record
-from joinstate._zset import checked_mul, consolidate, expand, group_keys, sum_by
+from joinstate.zset import checked_mul, consolidate, expand, group_keys, sum_by
 from joinstate.aggregate import AggSpec, GroupState
 from joinstate.codec import RowCodec
 from joinstate.errors import (

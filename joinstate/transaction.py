@@ -40,7 +40,7 @@ import rocksdict as rd
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate._zset import checked_int
+from joinstate.zset import checked_int
 from joinstate.db import Record, fill_records
 from joinstate.errors import JoinStateError, StateCorruptedError
 from joinstate.names import META_CF, counter_key
