@@ -19,7 +19,6 @@ import pyarrow as pa
 from joinstate import _rocks
 from joinstate._bytes import Bytes
 from joinstate._probe import Entries, ProbeCache, ProbePolicy
-from joinstate.zset import Groups, checked_add, checked_sum_by, consolidate, group_keys
 from joinstate.batch import PreparedBatch
 from joinstate.codec import RowCodec
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash
@@ -27,6 +26,7 @@ from joinstate.layouts import LAYOUTS, BagLayout
 from joinstate.names import degree_cf, nulls_cf
 from joinstate.schema import conform_delta
 from joinstate.views import IndexInfo
+from joinstate.zset import Groups, checked_add, checked_sum_by, consolidate, group_keys
 
 if TYPE_CHECKING:
     from joinstate.db import Database

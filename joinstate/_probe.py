@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from joinstate._bytes import Bytes
-from joinstate.zset import checked_add
 from joinstate.errors import StateCorruptedError
+from joinstate.zset import checked_add
 
 if TYPE_CHECKING:
     from joinstate.batch import PreparedBatch

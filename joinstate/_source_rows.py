@@ -46,11 +46,11 @@ import pyarrow as pa
 from joinstate import _rocks
 from joinstate._bytes import Bytes
 from joinstate._keyset import EntryMap
-from joinstate.zset import checked_add, checked_sum, checked_sum_by, consolidate, group_rows
 from joinstate.codec import RowCodec
 from joinstate.errors import OverRetractionError, StateCorruptedError
 from joinstate.keys import row_hash
 from joinstate.names import source_rows_of
+from joinstate.zset import checked_add, checked_sum, checked_sum_by, consolidate, group_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -55,14 +55,6 @@ import rocksdict as rd
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate.zset import (
-    I64_MAX,
-    I64_MIN,
-    Groups,
-    checked_add,
-    checked_sum,
-    checked_sum_by,
-)
 from joinstate.codec import RowCodec
 from joinstate.errors import (
     OverRetractionError,
@@ -73,6 +65,14 @@ from joinstate.errors import (
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, single_plan
 from joinstate.names import aggregate_cf, aggregate_values_cf
 from joinstate.schema import WEIGHT
+from joinstate.zset import (
+    I64_MAX,
+    I64_MIN,
+    Groups,
+    checked_add,
+    checked_sum,
+    checked_sum_by,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from joinstate._bytes import Bytes
-    from joinstate.zset import Groups
     from joinstate.side import SideName
+    from joinstate.zset import Groups
 
 __all__ = ["PreparedBatch"]
 

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from joinstate.zset import I64_MIN, checked_sum
 from joinstate.errors import SchemaMismatchError, WeightOverflowError
 from joinstate.schema import WEIGHT, weights_of
+from joinstate.zset import I64_MIN, checked_sum
 
 __all__ = ["CHANGE_TYPE", "CHANGE_WEIGHTS", "DELTA_METADATA", "from_changes", "to_changes"]
 

@@ -25,7 +25,6 @@ import pyarrow as pa
 from joinstate._bytes import is_identity
 from joinstate._index import Index, Staged
 from joinstate._probe import Entries
-from joinstate.zset import checked_mul, checked_sum_by, expand
 from joinstate.activity import auto_compaction_flags
 from joinstate.catalog import spec_diff
 from joinstate.errors import (
@@ -47,6 +46,7 @@ from joinstate.names import (
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
 from joinstate.transaction import Transaction
+from joinstate.zset import checked_mul, checked_sum_by, expand
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -46,14 +46,6 @@ from joinstate._probe import (
     Entries,
     Rental,
 )
-from joinstate.zset import (
-    checked_add,
-    checked_sum,
-    checked_sum_by,
-    group_keys,
-    sort_order,
-    sum_by,
-)
 from joinstate.errors import (
     OverRetractionError,
     SchemaMismatchError,
@@ -63,6 +55,14 @@ from joinstate.errors import (
 )
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, single_plan
 from joinstate.names import is_keyed_cf
+from joinstate.zset import (
+    checked_add,
+    checked_sum,
+    checked_sum_by,
+    group_keys,
+    sort_order,
+    sum_by,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

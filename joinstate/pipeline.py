@@ -68,7 +68,6 @@ from joinstate._graph import (
 from joinstate._index import Index
 from joinstate._probe import Entries
 from joinstate._source_rows import SourceRows, check_record
-from joinstate.zset import checked_mul, consolidate, expand, group_keys, sum_by
 from joinstate.aggregate import AggSpec, GroupState
 from joinstate.codec import RowCodec
 from joinstate.errors import (
@@ -97,6 +96,7 @@ from joinstate.names import (
 from joinstate.schema import WEIGHT, check_storable, conform_delta
 from joinstate.side import Side
 from joinstate.transaction import Transaction
+from joinstate.zset import checked_mul, consolidate, expand, group_keys, sum_by
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence

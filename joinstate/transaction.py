@@ -40,10 +40,10 @@ import rocksdict as rd
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate.zset import checked_int
 from joinstate.db import Record, fill_records
 from joinstate.errors import JoinStateError, StateCorruptedError
 from joinstate.names import META_CF, counter_key
+from joinstate.zset import checked_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
