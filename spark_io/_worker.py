@@ -90,7 +90,8 @@ from joinstate import (
     StateStore,
     StoreOptions,
 )
-from joinstate.transaction import apply_undo, drop_undo, undo_prefix, undo_tags
+from joinstate.names import undo_prefix
+from joinstate.transaction import apply_undo, drop_undo, undo_tags
 from joinstate.working_copy import open_checkpoint
 from spark_io.errors import PopulationStateError, ShardBusyError, error_detail, reported
 from spark_io.manifest import Manifest, ShardStorage, shard_key

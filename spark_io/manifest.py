@@ -66,10 +66,13 @@ __all__ = [
     "JOIN_PARTITIONER",
     "JOIN_PARTITIONERS",
     "PARTITIONER",
+    "PIPELINE_FORMAT",
     "Manifest",
+    "PipelineManifest",
     "ShardStorage",
     "manifest_path",
     "other_owners",
+    "pipeline_manifest_path",
     "shard_key",
     "shard_path",
 ]
@@ -337,5 +340,130 @@ class Manifest:
         return manifest
 
     def replace(self, **changes: Any) -> Manifest:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+# ---- pipelines ---------------------------------------------------------------------------
+
+PIPELINE_FORMAT = 2
+"""Format 2: a distributed plan (stages chained in one job per operation), recorded as
+the planner's decisions.  Format 1 (one Spark job per stage input) is refused."""
+
+
+def pipeline_manifest_path(state_dir: str | Path, name: str) -> Path:
+    """Where the manifest of pipeline ``name`` lives."""
+    return Path(state_dir) / "_spark" / f"pipeline-{name}.json"
+
+
+@dataclass(frozen=True)
+class PipelineManifest:
+    """What a state directory holds of one :class:`spark_io.SparkPipeline`.
+
+    ``graph``: the stored definition (``Graph.spec()``), compared on re-attach;
+    ``plan``: the decisions of its distributed plan (:func:`planner.distribute.
+    from_decisions` rebuilds the same stages from them), fixed by the first operation;
+    ``populated`` / ``populating``: the population's operation id once it completed /
+    while it runs (a driver that dies leaves it, and the next operation starts the
+    stores over); ``checkpoints``/``committed_op``: as for :class:`Manifest`.
+    """
+
+    name: str
+    shards: int
+    graph: dict[str, Any]
+    checkpoint_uri: str | None = None
+    output_uri: str | None = None
+    plan: tuple[dict[str, Any], ...] | None = None
+    populated: str | None = None
+    populating: str | None = None
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    committed_op: str | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """Everything that must agree for the same state: name, shards, graph, location."""
+        return {"name": self.name, "shards": self.shards, "graph": self.graph,
+                "checkpoint_uri": self.checkpoint_uri}
+
+    def check_same(self, other: PipelineManifest, state_dir: str | Path) -> None:
+        """Raise :class:`JoinSpecMismatchError` naming every field where the specs differ."""
+        diffs = spec_diff(self.spec(), other.spec())
+        if diffs:
+            raise JoinSpecMismatchError(
+                f"pipeline {self.name!r} in {state_dir} was created with a different "
+                f"definition or shard count ({'; '.join(diffs)}); use a new state_dir (or "
+                "name)")
+
+    def storage(self, state_dir: str | Path, local_dir: str | None = None,
+                keep: int = DEFAULT_KEEP, current: dict[str, str] | None = None
+                ) -> ShardStorage:
+        """Where the stage stores live, expecting ``current`` (default: the committed)."""
+        return ShardStorage(str(state_dir), self.checkpoint_uri, local_dir,
+                            dict(self.checkpoints if current is None else current), keep,
+                            committed=dict(self.checkpoints))
+
+    def to_json(self) -> str:
+        """The manifest file's text."""
+        return json.dumps(
+            {"format": PIPELINE_FORMAT, "kind": "pipeline", **self.spec(),
+             "output_uri": self.output_uri,
+             "plan": None if self.plan is None else list(self.plan),
+             "populated": self.populated, "populating": self.populating,
+             "checkpoints": self.checkpoints, "committed_op": self.committed_op},
+            indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> PipelineManifest:
+        """Parse a manifest file's text; :class:`ManifestError` says what is wrong."""
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ManifestError(f"{where} is not valid JSON: {exc}") from exc
+        fmt = raw.get("format") if isinstance(raw, dict) else None
+        if fmt != PIPELINE_FORMAT:
+            raise ManifestError(
+                f"{where} has format {fmt!r}; this spark_io reads pipeline format "
+                f"{PIPELINE_FORMAT}" + (" (format 1 ran one Spark job per stage; its stores "
+                                        "are laid out otherwise): use a new state_dir and "
+                                        "populate it again" if fmt == 1 else ""))
+        try:
+            plan = raw.get("plan")
+            return cls(
+                name=str(raw["name"]), shards=int(raw["shards"]), graph=dict(raw["graph"]),
+                checkpoint_uri=raw.get("checkpoint_uri"), output_uri=raw.get("output_uri"),
+                plan=None if plan is None else tuple(dict(d) for d in plan),
+                populated=raw.get("populated"), populating=raw.get("populating"),
+                checkpoints={str(k): str(v) for k, v in (raw.get("checkpoints") or {}).items()},
+                committed_op=raw.get("committed_op"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"{where} lacks a field: {exc!r}") from exc
+
+    def write(self, state_dir: str | Path) -> Path:
+        """Write atomically and durably (temporary file, fsync, rename)."""
+        path = pipeline_manifest_path(state_dir, self.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(self.to_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def read(cls, state_dir: str | Path, name: str) -> PipelineManifest | None:
+        """The manifest of pipeline ``name`` in ``state_dir``, or None if there is none."""
+        path = pipeline_manifest_path(state_dir, name)
+        if not path.exists():
+            return None
+        manifest = cls.from_json(path.read_text(), str(path))
+        if manifest.name != name:
+            raise ManifestError(f"{path} describes pipeline {manifest.name!r}, not {name!r}")
+        return manifest
+
+    def replace(self, **changes: Any) -> PipelineManifest:
         """A copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)

@@ -83,6 +83,7 @@ __all__ = [
     "change_digest",
     "change_sums",
     "collect_change",
+    "read_change",
 ]
 
 LOCK_WAIT = 30.0
@@ -373,6 +374,38 @@ class _DigestTask:
             yield _report(0, "digest", n, 0, 0.0, detail={"lo": lo, "hi": hi})
 
         yield from reports_errors(parts)(None, batches)
+
+
+def read_change(df: DataFrame, schema: pa.Schema, target: str, what: str,
+                max_rows: int | None = None) -> Change | None:
+    """A small change that is a plain scan of Parquet files, read by the driver itself.
+
+    ``df`` as the caller gave it (``schema``'s columns, perhaps ``_weight``): when it
+    scans Parquet files pyarrow reads as Spark would (:func:`spark_io.frames.parquet_files`,
+    footers only) holding at most ``max_rows`` rows (default
+    :data:`spark_io.routing.COLLECT_MAX_ROWS`), they are read with pyarrow, without a
+    Spark job; else None (the caller collects it through Spark).
+    """
+    import pyarrow.parquet as pq
+
+    from spark_io import routing
+    from spark_io.frames import parquet_files
+
+    limit = routing.COLLECT_MAX_ROWS if max_rows is None else max_rows
+    cols = [*schema.names, *(["_weight"] if "_weight" in df.columns else [])]
+    found, _ = parquet_files(df, cols, what)
+    if found is None or found.rows > limit:
+        return None
+    parts = [pq.read_table(p, columns=list(found.columns)) for p in found.paths]
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    if "_weight" not in table.column_names:
+        table = table.append_column("_weight", pa.array(np.ones(table.num_rows, np.int64)))
+    table = conform_batch(table, schema.append(pa.field("_weight", pa.int64())))
+    table, w = conform_delta(schema, table, what)
+    table = table.append_column(pa.field("_weight", pa.int64(), nullable=False),
+                                pa.array(w, pa.int64()))
+    digest, n = change_digest(target, [change_sums(schema, [table], what)])
+    return Change(digest=digest, rows=n, table=table)
 
 
 def collect_change(rows: DataFrame, schema: pa.Schema, target: str, what: str,

@@ -45,15 +45,17 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import joinstate
 from joinstate import (
     CommitConflictError,
+    Graph,
     Pipeline,
     SchemaMismatchError,
     StateStore,
     Stream,
     Transaction,
 )
-from joinstate._graph import (
+from joinstate.graph import (
     AggNode,
     FilterNode,
     JoinAllNode,
@@ -62,7 +64,6 @@ from joinstate._graph import (
     ProjectNode,
     SourceNode,
     UnionNode,
-    needed_columns,
 )
 from joinstate.keys import KeyCodec, KeyColumn, key_plan, single_plan
 from joinstate.names import commit_prefix, pipeline_owner
@@ -76,18 +77,15 @@ from spark_io._worker import (
     options_from_dict,
     reports_errors,
 )
-from spark_io.args import normalize_how
 from spark_io.manifest import ShardStorage, shard_key
 from spark_io.outputs import OutputDir, parquet_out
 from spark_io.routing import SHARD
 from spark_io.types import conform_batch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator
 
 __all__ = [
-    "GraphRecorder",
-    "Op",
     "Stage",
     "StageControlTask",
     "StageInput",
@@ -99,106 +97,7 @@ __all__ = [
     "plan_stages",
 ]
 
-STATEFUL = (JoinNode, AggNode, JoinAllNode)
-
-
-class _RecordedStream(Stream):
-    """A stream of a :class:`GraphRecorder`: ``join`` also takes Spark's join types."""
-
-    __slots__ = ()
-
-    def join(
-        self, other: Stream, on: str | tuple[str, str] | Sequence[str | tuple[str, str]], *,
-        how: str = "inner", suffixes: tuple[str, str] = ("", "_right"),
-    ) -> Stream:
-        """:meth:`joinstate.Stream.join`, with ``how`` any of :data:`spark_io.JOIN_TYPES`."""
-        return super().join(other, on, how=normalize_how(how), suffixes=suffixes)
-
-
-class GraphRecorder(Pipeline):
-    """A :class:`joinstate.Pipeline` without a store that records what is built on it.
-
-    The driver runs the user's definition on one of these to learn the graph; it is never
-    compiled or pushed to.  Its streams accept Spark's join-type names in ``join(how=)``
-    (``"leftouter"``, ``"outer"``, ``"semi"`` ...), normalised before they are recorded.
-    """
-
-    def __init__(self, name: str) -> None:
-        super().__init__(cast("StateStore", None), name)
-        self.recorded_nodes: list[Node] = []
-        self.recorded_outputs: dict[str, Node] = {}
-
-    def add(self, node: Node) -> Stream:
-        """Add ``node`` (see :meth:`joinstate.Pipeline.add`) and remember it."""
-        stream = super().add(node)
-        self.recorded_nodes.append(node)
-        return _RecordedStream(self, stream.node)
-
-    def output(self, name: str, stream: Stream, *, materialize: bool = False,
-               order_by: Sequence[tuple[str, str]] | None = None,
-               limit: int | None = None) -> None:
-        """Name an output (see :meth:`joinstate.Pipeline.output`) and remember it.
-
-        A Spark pipeline returns every output's change sets; it does not keep an
-        output's contents, so ``materialize``, ``order_by`` and ``limit`` are refused.
-        """
-        if materialize or order_by is not None or limit is not None:
-            raise SchemaMismatchError(
-                f"output {name!r}: SparkPipeline returns change sets and does not keep "
-                "materialized outputs (materialize=True, order_by, limit); integrate the "
-                "change sets (sum _weight per row) or use joinstate.Pipeline in-process")
-        super().output(name, stream)
-        self.recorded_outputs[name] = stream.node
-
-
-# ---- a stage's pipeline, as a picklable recipe -------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class Op:
-    """One step of a stage pipeline's recipe; ``inputs`` index earlier steps."""
-
-    kind: str  # source | filter | project | union | join | agg | joinall
-    inputs: tuple[int, ...] = ()
-    name: str = ""
-    schema: pa.Schema | None = None
-    unique_key: tuple[str, ...] | None = None
-    expr: pc.Expression | None = None
-    names: tuple[str, ...] = ()
-    exprs: tuple[pc.Expression, ...] = ()
-    pairs: tuple[tuple[str, str], ...] = ()
-    how: str = "inner"
-    suffixes: tuple[str, str] = ("", "_right")
-    keys: tuple[str, ...] = ()
-    aggs: tuple[tuple[str, str, pc.Expression | None], ...] = ()
-    retractions: str = "checked"
-    """Of a source: a pipeline source's own mode; ``unchecked`` for a stage input fed by
-    another stage (what it retracts that stage emitted)."""
-
-
-def _apply_op(p: Pipeline, op: Op, s: list[Stream]) -> Stream:
-    ins = [s[i] for i in op.inputs]
-    if op.kind == "source":
-        assert op.schema is not None
-        return p.source(op.name, schema=op.schema, unique_key=op.unique_key,
-                        retractions=op.retractions)
-    if op.kind == "filter":
-        assert op.expr is not None
-        return ins[0].filter(op.expr)
-    if op.kind == "project":
-        return ins[0].select(dict(zip(op.names, op.exprs, strict=True)))
-    if op.kind == "union":
-        return ins[0].union_all(*ins[1:])
-    if op.kind == "join":
-        return ins[0].join(ins[1], on=list(op.pairs), how=op.how, suffixes=op.suffixes)
-    if op.kind == "agg":
-        return ins[0].group_by(list(op.keys)).aggregate(
-            **{n: (f, e) for n, f, e in op.aggs})
-    if op.kind == "joinall":
-        return p.join_all(dict(zip(op.names, ins, strict=True)),
-                          on=dict(zip(op.names, op.keys, strict=True)))
-    msg = f"internal: unknown stage op {op.kind!r}"
-    raise SchemaMismatchError(msg)
+# ---- stages --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,9 +121,14 @@ class Stage:
     node: int | None  # the stateful node's id (None for a tail stage)
     key: tuple[str, ...]  # the operator's key (per input for joins: the left one)
     inputs: tuple[StageInput, ...]
-    ops: tuple[Op, ...]
-    outputs: tuple[tuple[str, int], ...]  # (output name n<id>, op index)
+    graph: Graph
+    """The stage's own graph: its inputs are its sources, its outputs ``n<node id>``."""
     produces: tuple[int, ...]  # node ids whose (partial) change sets this stage writes
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The stage graph's outputs, ``n<id>`` of each node in :attr:`produces`."""
+        return tuple(self.graph.outputs)
 
     def input(self, name: str) -> StageInput:
         """The stage input called ``name``."""
@@ -234,15 +138,9 @@ class Stage:
         msg = f"internal: stage {self.label} has no input {name!r}"
         raise SchemaMismatchError(msg)
 
-    def build(self, store: StateStore | None, name: str) -> Pipeline:
-        """The stage's pipeline on ``store`` (``None``: a store-less one, for checks)."""
-        p = Pipeline(cast("StateStore", store), name)
-        streams: list[Stream] = []
-        for op in self.ops:
-            streams.append(_apply_op(p, op, streams))
-        for out, i in self.outputs:
-            p.output(out, streams[i])
-        return p
+    def build(self, store: StateStore, name: str) -> Pipeline:
+        """The stage's pipeline: its graph attached to ``store``."""
+        return Pipeline(store, name, self.graph)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able description (manifest, :meth:`SparkPipeline.explain`)."""
@@ -250,7 +148,7 @@ class Stage:
             "stage": self.label, "kind": self.kind, "key": list(self.key),
             "inputs": [{"name": i.name, "from": i.boundary_label, "key": list(i.key)}
                        for i in self.inputs],
-            "outputs": [n for n, _ in self.outputs],
+            "outputs": list(self.outputs),
         }
 
 
@@ -296,7 +194,7 @@ def _key_plan(node: Node) -> list[KeyColumn]:
 
 def _step(node: Node, cols: tuple[str, ...]) -> list[tuple[Node, tuple[str, ...]]] | None:
     """Where ``node``'s key columns ``cols`` come from; None: ``node`` is a stage input."""
-    if isinstance(node, SourceNode | JoinNode | AggNode | JoinAllNode):
+    if isinstance(node, SourceNode) or node.stateful:
         return None
     if isinstance(node, FilterNode):
         return [(node.inputs[0], cols)]
@@ -328,7 +226,7 @@ def _trace(node: Node, cols: tuple[str, ...], out: list[tuple[Node, tuple[str, .
 
 def _bounds(node: Node, out: dict[int, Node]) -> None:
     """The nearest stateful or source ancestors of a stateless node."""
-    if isinstance(node, SourceNode | JoinNode | AggNode | JoinAllNode):
+    if isinstance(node, SourceNode) or node.stateful:
         out[node.id] = node
         return
     for i in node.inputs:
@@ -340,88 +238,109 @@ def _label(node: Node) -> str:
 
 
 class _Builder:
-    """Accumulates one stage's recipe."""
+    """Builds one stage's graph: streams made in the order they are asked for.
+
+    The stage graph is built from the pipeline graph's nodes with the public stream
+    methods, in a fixed order (inputs, then the key traces, the operator, the tails), so
+    its numbering, hence its stored definition, is the same on every run.
+    """
 
     def __init__(self) -> None:
-        self.ops: list[Op] = []
-        self.key_memo: dict[tuple[int, tuple[str, ...]], int] = {}
-        self.sources: dict[tuple[int, tuple[str, ...]], int] = {}
-        self.tail_memo: dict[int, int | None] = {}
+        self.streams: list[Stream] = []
+        self.key_memo: dict[tuple[int, tuple[str, ...]], Stream] = {}
+        self.sources: dict[tuple[int, tuple[str, ...]], Stream] = {}
+        self.tail_memo: dict[int, Stream | None] = {}
 
-    def add(self, op: Op) -> int:
-        self.ops.append(op)
-        return len(self.ops) - 1
+    def add(self, stream: Stream) -> Stream:
+        self.streams.append(stream)
+        return stream
 
-    def keyed(self, node: Node, cols: tuple[str, ...]) -> int:
+    def keyed(self, node: Node, cols: tuple[str, ...]) -> Stream:
         """``node`` rebuilt along its key trace (stopping where :func:`_trace` stops)."""
         memo = (node.id, cols)
         if memo in self.key_memo:
             return self.key_memo[memo]
         nxt = _step(node, cols)
         if nxt is None:
-            idx = self.sources[memo]
+            out = self.sources[memo]
         elif isinstance(node, UnionNode):
-            idx = self.add(Op("union", tuple(self.keyed(n, c) for n, c in nxt)))
+            parts = [self.keyed(n, c) for n, c in nxt]
+            out = self.add(parts[0].union_all(*parts[1:]))
         else:
-            idx = self.add(_stateless_op(node, (self.keyed(*nxt[0]),)))
-        self.key_memo[memo] = idx
-        return idx
+            out = self.add(_stateless(node, [self.keyed(*nxt[0])]))
+        self.key_memo[memo] = out
+        return out
 
-    def tail(self, node: Node, base: Node, base_idx: int) -> int | None:
+    def tail(self, node: Node, base: Node, base_stream: Stream) -> Stream | None:
         """The part of stateless ``node``'s changes that flows from ``base``."""
         if node.id == base.id:
-            return base_idx
+            return base_stream
         if isinstance(node, SourceNode | JoinNode | AggNode | JoinAllNode):
             return None
         if node.id in self.tail_memo:
             return self.tail_memo[node.id]
-        ins = [self.tail(i, base, base_idx) for i in node.inputs]
-        present = tuple(i for i in ins if i is not None)
-        idx: int | None = None
+        ins = [self.tail(i, base, base_stream) for i in node.inputs]
+        present = [i for i in ins if i is not None]
+        out: Stream | None = None
         if present:
-            idx = self.add(Op("union", present) if isinstance(node, UnionNode)
-                           else _stateless_op(node, present))
-        self.tail_memo[node.id] = idx
-        return idx
+            out = self.add(present[0].union_all(*present[1:]) if isinstance(node, UnionNode)
+                           else _stateless(node, present))
+        self.tail_memo[node.id] = out
+        return out
 
 
-def _stateless_op(node: Node, inputs: tuple[int, ...]) -> Op:
+def _stateless(node: Node, ins: list[Stream]) -> Stream:
     if isinstance(node, FilterNode):
-        return Op("filter", inputs, expr=node.expr)
+        return ins[0].filter(node.expr)
     if isinstance(node, ProjectNode):
-        return Op("project", inputs, names=tuple(node.schema.names), exprs=node.exprs)
+        return ins[0].select(dict(zip(node.schema.names, node.exprs, strict=True)))
     msg = f"internal: {node.label} is not a filter or projection"
     raise SchemaMismatchError(msg)
 
 
-def _stateful_op(node: Node, inputs: tuple[int, ...]) -> Op:
+def _stateful(node: Node, ins: list[Stream]) -> Stream:
     if isinstance(node, JoinNode):
-        return Op("join", inputs, pairs=tuple(zip(node.left_key, node.right_key, strict=True)),
-                  how=node.how, suffixes=node.suffixes)
+        return ins[0].join(ins[1], on=list(zip(node.left_key, node.right_key, strict=True)),
+                           how=node.how, suffixes=node.suffixes)
     if isinstance(node, AggNode):
-        return Op("agg", inputs, keys=node.keys, aggs=node.aggs)
+        return ins[0].group_by(list(node.keys)).aggregate(
+            **{n: (f, e) for n, f, e in node.aggs})
     assert isinstance(node, JoinAllNode)
-    return Op("joinall", inputs, names=node.legs, keys=node.keys)
+    return joinstate.join_all(dict(zip(node.legs, ins, strict=True)),
+                              on=dict(zip(node.legs, node.keys, strict=True)))
 
 
-def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
-    """Cut the recorded pipeline into stages (see the module docstring)."""
-    nodes = {n.id: n for n in recorder.recorded_nodes}
-    if not recorder.recorded_outputs:
+def _stage_graph(outputs: list[tuple[str, Stream]]) -> Graph:
+    graph = Graph()
+    for name, stream in outputs:
+        graph = graph.output(name, stream)
+    return graph
+
+
+def plan_stages(graph: Graph, pipeline: str) -> StagePlan:
+    """Cut ``graph`` into stages (see the module docstring)."""
+    nodes = dict(enumerate(graph.nodes))
+    if not graph.outputs:
         raise SchemaMismatchError(
-            f"pipeline {pipeline!r}: the definition made no outputs; call "
-            "p.output(name, stream) for every result you want back")
-    outputs = {o: n.id for o, n in recorder.recorded_outputs.items()}
-    live = needed_columns(list(nodes.values()), list(recorder.recorded_outputs.values()))
-    stateful = [nodes[i] for i in sorted(live) if isinstance(nodes[i], STATEFUL)]
+            f"pipeline {pipeline!r}: the graph has no outputs; name every result you want "
+            "back with graph.output(name, stream)")
+    if graph.materialized:
+        raise SchemaMismatchError(
+            f"output {next(iter(graph.materialized))!r}: SparkPipeline returns change sets "
+            "and does not keep materialized outputs (materialize=True, order_by, limit); "
+            "integrate the change sets (sum _weight per row) or use joinstate.Pipeline "
+            "in-process")
+    outputs = {o: n.id for o, n in graph.outputs.items()}
+    live = graph.needed
+    stateful = [nodes[i] for i in sorted(live) if nodes[i].stateful]
 
     # Stage inputs of every stateful node: (boundary, key columns) pairs.
     traces: dict[int, list[tuple[Node, tuple[str, ...]]]] = {}
-    for s in stateful:
+    for st in stateful:
         found: list[tuple[Node, tuple[str, ...]]] = []
-        for inp, key in _positions(s):
+        for inp, key in _positions(st):
             _trace(inp, key, found)
-        traces[s.id] = found
+        traces[st.id] = found
     materialized: dict[int, Node] = {outputs[o]: nodes[outputs[o]] for o in outputs}
     for found in traces.values():
         for node, _ in found:
@@ -430,7 +349,7 @@ def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
     # Who computes the stateless materialized nodes: each of their boundaries' stages.
     tails: dict[int, list[Node]] = {}
     for m in sorted(materialized.values(), key=lambda n: n.id):
-        if isinstance(m, SourceNode | JoinNode | AggNode | JoinAllNode):
+        if isinstance(m, SourceNode) or m.stateful:
             continue
         bounds: dict[int, Node] = {}
         _bounds(m, bounds)
@@ -438,31 +357,30 @@ def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
             tails.setdefault(bid, []).append(m)
 
     stages: list[Stage] = []
-    for src in sorted((n for n in nodes.values() if isinstance(n, SourceNode)),
-                      key=lambda n: n.id):
+    for src in graph.sources.values():
         if src.id not in tails:
             continue
         bld = _Builder()
-        bld.add(Op("source", name=src.name, schema=src.schema, unique_key=src.unique_key,
-                   retractions=src.retractions))
-        made = [(f"n{m.id}", bld.tail(m, src, 0)) for m in tails[src.id]]
+        base = bld.add(joinstate.source(src.name, src.schema, unique_key=src.unique_key,
+                                        retractions=src.retractions))
+        made = [(f"n{m.id}", bld.tail(m, src, base)) for m in tails[src.id]]
         names = tuple(src.schema.names)
         stages.append(Stage(
             label=f"tail-{src.name}", kind="tail", node=None, key=names,
             inputs=(StageInput(src.name, src.id, src.name, names,
                                tuple(single_plan(src.schema, names)), src.schema),),
-            ops=tuple(bld.ops), outputs=tuple((n, cast("int", i)) for n, i in made),
+            graph=_stage_graph([(n, cast("Stream", t)) for n, t in made]),
             produces=tuple(m.id for m in tails[src.id]),
         ))
-    for s in stateful:
+    for st in stateful:
         bld = _Builder()
-        plan = tuple(_key_plan(s))
+        plan = tuple(_key_plan(st))
         variants: dict[int, list[tuple[str, ...]]] = {}
-        for node, cols in traces[s.id]:
+        for node, cols in traces[st.id]:
             variants.setdefault(node.id, []).append(cols)
         inputs: list[StageInput] = []
         taken: set[str] = set()
-        for node, cols in traces[s.id]:
+        for node, cols in traces[st.id]:
             name = _label(node)
             if len(variants[node.id]) > 1:
                 name = f"{name}-v{variants[node.id].index(cols)}"
@@ -472,38 +390,35 @@ def plan_stages(recorder: GraphRecorder, pipeline: str) -> StagePlan:
             uk = node.unique_key if isinstance(node, SourceNode) else None
             mode = node.retractions if isinstance(node, SourceNode) else "unchecked"
             bld.sources[(node.id, cols)] = bld.add(
-                Op("source", name=name, schema=node.schema, unique_key=uk, retractions=mode))
+                joinstate.source(name, node.schema, unique_key=uk, retractions=mode))
             inputs.append(StageInput(name, node.id, node.label, cols, plan, node.schema))
-        ins = tuple(bld.keyed(inp, key) for inp, key in _positions(s))
-        me = bld.add(_stateful_op(s, ins))
-        outs: list[tuple[str, int]] = []
+        ins = [bld.keyed(inp, key) for inp, key in _positions(st)]
+        me = bld.add(_stateful(st, ins))
+        outs: list[tuple[str, Stream]] = []
         produces: list[int] = []
-        if s.id in materialized:
-            outs.append((f"n{s.id}", me))
-            produces.append(s.id)
-        for m in tails.get(s.id, []):
-            idx = bld.tail(m, s, me)
-            assert idx is not None
-            outs.append((f"n{m.id}", idx))
+        if st.id in materialized:
+            outs.append((f"n{st.id}", me))
+            produces.append(st.id)
+        for m in tails.get(st.id, []):
+            made_m = bld.tail(m, st, me)
+            assert made_m is not None
+            outs.append((f"n{m.id}", made_m))
             produces.append(m.id)
         stages.append(Stage(
-            label=s.label, kind=s.kind, node=s.id, key=_positions(s)[0][1],
-            inputs=tuple(inputs), ops=tuple(bld.ops), outputs=tuple(outs),
-            produces=tuple(produces),
+            label=st.label, kind=st.kind, node=st.id, key=_positions(st)[0][1],
+            inputs=tuple(inputs), graph=_stage_graph(outs), produces=tuple(produces),
         ))
     plan_ = StagePlan(nodes=nodes, outputs=outputs, stages=tuple(stages),
                       materialized={i: n.schema for i, n in materialized.items()})
-    _check(plan_, pipeline)
+    _check(plan_)
     return plan_
 
 
-def _check(plan: StagePlan, pipeline: str) -> None:
-    """Rebuild every stage store-less: its outputs must have their nodes' columns."""
+def _check(plan: StagePlan) -> None:
+    """Every stage graph's outputs have their nodes' columns."""
     for stage in plan.stages:
-        p = stage.build(None, pipeline)
-        for (out, _), nid in zip(stage.outputs, stage.produces, strict=True):
-            got = p.output_schema(out)
-            got = got.remove(got.get_field_index("_weight"))
+        for out, nid in zip(stage.outputs, stage.produces, strict=True):
+            got = stage.graph.outputs[out].schema
             want = plan.nodes[nid].schema
             if [(f.name, f.type) for f in got] != [(f.name, f.type) for f in want]:
                 msg = (f"internal: stage {stage.label} computes {plan.nodes[nid].label} as "

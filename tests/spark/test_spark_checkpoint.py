@@ -614,7 +614,7 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
 
                 ctx = TaskContext.get()
                 if ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 1:
-                    import joinstate.checkpoint as jc
+                    import joinstate.checkpoint.taking as jc
 
                     put, calls = jc._put_file, []  # noqa: SLF001
 

@@ -46,7 +46,7 @@ import spark_io.errors
 from spark_io.errors import translate_task_error
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from pyspark.sql import SparkSession
 
@@ -105,12 +105,13 @@ result["seconds"] = time.monotonic() - t0
 result["state_exists"] = state.exists()
 
 
-def define(p):
-    p.output("all", p.source("s", __import__("pyarrow").schema([("k", "int64")])))
+import joinstate
 
+graph = joinstate.Graph().output(
+    "all", joinstate.source("s", __import__("pyarrow").schema([("k", "int64")])))
 
 try:
-    spark_io.SparkPipeline(spark, define, state.with_name("pipeline-state"))
+    spark_io.SparkPipeline(spark, graph, state.with_name("pipeline-state"))
     result["pipeline"] = None
 except Exception as exc:
     result["pipeline"] = type(exc).__name__
@@ -445,23 +446,18 @@ PL = pa.schema([("k", pa.int64()), ("v", pa.string())])
 PR = pa.schema([("rk", pa.int32()), ("x", pa.float64())])
 
 
-def _pipeline_definition(how: str) -> Callable[[joinstate.Pipeline], None]:
-    def define(p: joinstate.Pipeline) -> None:
-        left = p.source("l", PL)
-        right = p.source("r", PR, unique_key="rk")
-        p.output("joined", left.join(right, on=("k", "rk"), how=how))
-
-    return define
+def _pipeline_definition(how: str) -> joinstate.Graph:
+    left = joinstate.source("l", PL)
+    right = joinstate.source("r", PR, unique_key="rk")
+    return joinstate.Graph().output("joined", left.join(right, on=("k", "rk"), how=how))
 
 
 def test_pipeline_takes_spark_join_types(spark: SparkSession, tmp_path: Path) -> None:
-    from spark_io.stages import GraphRecorder, plan_stages
+    from spark_io.stages import plan_stages
 
     for alias, expected in sorted(spark_io.JOIN_TYPES.items()):
         for spelled in (alias, alias.upper()):
-            rec = GraphRecorder("p")
-            _pipeline_definition(spelled)(rec)
-            plan = plan_stages(rec, "p")
+            plan = plan_stages(_pipeline_definition(spelled), "p")
             joins = [n for n in plan.nodes.values() if type(n).__name__ == "JoinNode"]
             assert [n.how for n in joins] == [expected], spelled
     sp = spark_io.SparkPipeline(spark, _pipeline_definition("leftouter"), tmp_path / "a")
@@ -480,11 +476,12 @@ def test_pipeline_arguments_are_refused_before_anything_is_written(
     fresh = tmp_path / "never"
     good = _pipeline_definition("inner")
 
-    def materialized(p: joinstate.Pipeline) -> None:
-        p.output("m", p.source("l", PL), materialize=True)
+    def materialized() -> joinstate.Graph:
+        return joinstate.Graph().output("m", joinstate.source("l", PL), materialize=True)
 
-    def broken(p: joinstate.Pipeline) -> None:
-        p.source("l", PL).join(p.source("r", PR), on=("k", "nope"))
+    def broken() -> joinstate.Graph:
+        return joinstate.Graph().output("o", joinstate.source("l", PL).join(
+            joinstate.source("r", PR), on=("k", "nope")))
 
     bad: list[tuple[dict[str, Any], type[BaseException], str]] = [
         ({"shards": 0}, joinstate.SchemaMismatchError, r"shards=0"),
@@ -492,7 +489,10 @@ def test_pipeline_arguments_are_refused_before_anything_is_written(
         ({"name": "a/b"}, joinstate.SchemaMismatchError, r"'a/b'"),
         ({"options": {"probe": "scan"}}, joinstate.SchemaMismatchError, r"options="),
         ({"state_dir": "hdfs://nn/x"}, joinstate.SchemaMismatchError, r"state_dir="),
-        ({"definition": "q4"}, joinstate.SchemaMismatchError, r"definition must be a callable"),
+        ({"definition": "q4"}, joinstate.SchemaMismatchError,
+         r"graph must be a joinstate\.Graph"),
+        ({"definition": lambda p: None}, joinstate.SchemaMismatchError,
+         r"a definition function is no longer called: pass the graph it built"),
         ({"definition": broken}, joinstate.SchemaMismatchError, r"no column 'nope'"),
         ({"definition": materialized}, joinstate.SchemaMismatchError,
          r"output 'm'.*materialize"),
@@ -500,8 +500,10 @@ def test_pipeline_arguments_are_refused_before_anything_is_written(
     for kw, cls, match in bad:
         call: dict[str, Any] = {"definition": good, "state_dir": fresh, **kw}
         with pytest.raises(cls, match=match):
-            spark_io.SparkPipeline(spark, call.pop("definition"), call.pop("state_dir"),
-                                   **call)
+            graph = call.pop("definition")
+            if graph in (broken, materialized):  # building the graph is part of the call
+                graph = graph()
+            spark_io.SparkPipeline(spark, graph, call.pop("state_dir"), **call)
         assert not fresh.exists(), kw
     sp = spark_io.SparkPipeline(spark, good, tmp_path / "state")
     l_frame = spark.createDataFrame([(1, "a")], "k long, v string")

@@ -29,13 +29,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: pipeline_oracle
 
 import pipeline_oracle as po
-from pipeline_oracle import _build_node, col, lit
+from pipeline_oracle import col, lit
 from sparkdata import zset
 
 import joinstate
 import spark_io
-from joinstate._graph import SourceNode
-from spark_io.stages import GraphRecorder, StageRouter, plan_stages
+from spark_io.stages import StageRouter, plan_stages
 from spark_io.types import spark_schema
 
 if TYPE_CHECKING:
@@ -90,17 +89,9 @@ def small_outputs() -> dict[str, po.Node]:
                                             n=("count", None))}
 
 
-def definition_of(outputs: Mapping[str, po.Node]) -> Callable[[joinstate.Pipeline], None]:
-    """A SparkPipeline definition building the described graph on the given pipeline."""
-
-    def define(p: joinstate.Pipeline) -> None:
-        streams: dict[int, Any] = {}
-        for n in po.topo(outputs):
-            streams[n.nid] = _build_node(p, n, streams)
-        for o, n in outputs.items():
-            p.output(o, streams[n.nid])
-
-    return define
+def definition_of(outputs: Mapping[str, po.Node]) -> joinstate.Graph:
+    """The described graph, as SparkPipeline takes it."""
+    return po.build_graph(outputs)
 
 
 def dec(rng: random.Random) -> Decimal:
@@ -216,15 +207,12 @@ class Simulated:
     """The stage plan executed in process: the Spark router's shard, one store per
     (stage, shard), stages in order, intermediate change sets handed on in memory."""
 
-    def __init__(self, path: Path, definition: Callable[[Any], None], shards: int) -> None:
-        rec = GraphRecorder("sim")
-        definition(rec)
-        self.plan = plan_stages(rec, "sim")
+    def __init__(self, path: Path, graph: joinstate.Graph, shards: int) -> None:
+        self.plan = plan_stages(graph, "sim")
         self.shards = shards
         self.path = path
         self.stores: dict[tuple[str, int], Any] = {}
-        self.sources = {n.name: n.id for n in rec.recorded_nodes
-                        if isinstance(n, SourceNode)}
+        self.sources = {name: n.id for name, n in graph.sources.items()}
 
     def _pipeline(self, label: str, shard: int) -> joinstate.Pipeline:
         key = (label, shard)
@@ -282,9 +270,7 @@ def simulate(tmp_path: Path, outputs: Mapping[str, po.Node],
 
 
 def test_stage_plan_of_q4_shape() -> None:
-    rec = GraphRecorder("q4")
-    definition_of(q4_outputs())(rec)
-    plan = plan_stages(rec, "q4")
+    plan = plan_stages(definition_of(q4_outputs()), "q4")
     kinds = [(s.kind, [i.name for i in s.inputs], list(s.inputs[0].key)) for s in plan.stages]
     assert [k[0] for k in kinds] == ["tail", "join", "join", "join", "agg", "joinall"]
     agg = plan.stages[4]
@@ -330,9 +316,7 @@ def test_simulated_self_join_on_different_keys_and_computed_keys(tmp_path: Path)
     pushes = [("edges", rows[:25]), ("edges", rows[25:]),
               ("edges", [(r, -1) for r, _ in rows[:10]])]
     simulate(tmp_path, outputs, pushes)
-    rec = GraphRecorder("g")
-    definition_of(outputs)(rec)
-    plan = plan_stages(rec, "g")
+    plan = plan_stages(definition_of(outputs), "g")
     names = {s.label: [(i.name, list(i.key)) for i in s.inputs] for s in plan.stages}
     assert [n for n, _ in names["join2"]] == ["edges-v0", "edges-v1"]
     computed = next(v for v in names.values() if any(n.startswith("project") for n, _ in v))
@@ -513,7 +497,7 @@ def test_errors_name_the_source_and_column(spark: SparkSession, tmp_path: Path) 
     bad = spark_frame(spark, SS, []).drop("ss_qty")
     with pytest.raises(joinstate.SchemaMismatchError, match=r"source 'store_sales'.*ss_qty"):
         sp.apply("store_sales", bad)
-    with pytest.raises(joinstate.SchemaMismatchError, match="definition must be a callable"):
+    with pytest.raises(joinstate.SchemaMismatchError, match=r"must be a joinstate\.Graph"):
         spark_io.SparkPipeline(spark, "q4", tmp_path / "state")  # type: ignore[arg-type]
     with pytest.raises(joinstate.JoinSpecMismatchError, match="shards"):
         spark_io.SparkPipeline(spark, definition_of(outputs), tmp_path / "state", shards=3)

@@ -1,0 +1,415 @@
+"""A graph cut into stages for N shards: where each source goes, what runs where, what moves.
+
+::
+
+    plan = planner.distribute.plan_distribution(graph, stats, shards=2)
+    print(plan.explain())              # every choice, its reason and figures, by stage
+    plan.stages[0].graph_for(shard)    # the sub-graph one (stage, shard) task maintains
+
+Store-less: a :class:`joinstate.Graph`, statistics per source (rows, declared unique
+keys) and a shard count in; a :class:`DistributedPlan` out, which an executor (Spark's,
+or the in-process simulator of the tests) runs as one job per operation: each stage is
+one task per shard over its own store, stages chained by exchanges.
+
+The choices are four rules (``planner/rules/partition_*.py``, :data:`RULES`) over a
+:class:`DistributionContext`, each recording :class:`~planner.rule.Decision` objects:
+
+==========================  ===================================================================
+rule                        decides
+==========================  ===================================================================
+``partition_replicate``     which small sources are copied to every shard (only where every
+                            consumer takes a copy, and only when a copy moves fewer rows than
+                            it saves)
+``partition_sources``       the hash key of every other source (look-ahead: the key its
+                            first consumer needing one wants, tried against the others)
+``partition_exchange``      per operator: runs where its inputs lie, or which input is
+                            re-delivered or exchanged, by which key (:mod:`planner.partitioning`)
+``partition_stages``        the stage of every operator: the fewest exchanges on any path
+==========================  ===================================================================
+
+A *stage* is a set of operators with no exchange between them; it runs as one task per
+shard.  Its inputs are source deliveries (rows routed from the change itself) and
+exchanges (rows an earlier stage sent), its outputs exchanges to later stages and the
+graph's outputs.  Every stage's sub-graph is a :class:`joinstate.Graph` rebuilt from the
+graph's own nodes with the public builder (so the runtime maintains it as it would the
+whole graph): a delivered source keeps its name (a second delivery of one source to one
+stage gets ``<source>-2``), an exchange is an output of the sending stage and a source of
+the receiving one, both named by the exchange's id.  An exchange sends only the columns
+the graph needs downstream; the receiving stage puts typed NULLs where the others were,
+so every rebuilt operator sees its original input schema (the runtime drops those
+columns again, as nothing reads them).
+
+Operators that lie :class:`~planner.partitioning.Single` (a global aggregate and what
+follows it) exist only in shard 0's sub-graph: elsewhere they would hold a row of their
+own.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from joinstate.nodes import AggNode, JoinAllNode, JoinNode
+from planner.errors import PlannerError
+from planner.partitioning import (
+    GraphFacts,
+    Partitioning,
+    Replicated,
+    desires,
+    from_json,
+    route,
+)
+from planner.placement import Derivation, derive
+from planner.rules._text import rows as fmt_rows
+from planner.stagegraph import Delivery, Exchange, Stage, build_stages
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    import pyarrow as pa
+
+    from joinstate.graph import Graph
+    from joinstate.nodes import Node
+    from planner.rule import Decision, Rule
+    from planner.stats import SourceStats
+
+__all__ = [
+    "RULES",
+    "Delivery",
+    "DistributedPlan",
+    "DistributionContext",
+    "DistributionSettings",
+    "Exchange",
+    "Stage",
+    "from_decisions",
+    "plan_distribution",
+]
+
+
+@dataclass(frozen=True)
+class DistributionSettings:
+    """Thresholds of the partitioning rules.
+
+    ``replicate_rows`` / ``replicate_share``: a source may be copied to every shard when it
+    has at most ``max(replicate_rows, replicate_share * the largest source's rows)`` rows
+    (a million rows of a dimension cost well under a second to load on each shard, and
+    5% of the largest input is small beside what it keeps from moving).
+    """
+
+    shards: int
+    replicate_rows: int = 1_000_000
+    replicate_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
+            raise PlannerError(f"shards={self.shards!r} must be an int >= 1")
+        if isinstance(self.replicate_rows, bool) or not isinstance(self.replicate_rows, int) \
+                or self.replicate_rows < 0:
+            raise PlannerError(f"replicate_rows={self.replicate_rows!r} must be an int >= 0")
+        if not 0 <= self.replicate_share <= 1:
+            raise PlannerError(f"replicate_share={self.replicate_share!r} must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class DistributionContext:
+    """What the partitioning rules read; rules return decisions, never mutate this.
+
+    ``given`` fixes choices instead of deciding them: ``{"replicate": {source: bool},
+    "partitioning": {source: Partitioning}}``.
+    """
+
+    name: str
+    facts: GraphFacts
+    settings: DistributionSettings
+    given: Mapping[str, Any] = field(default_factory=dict)
+    decisions: tuple[Decision, ...] = ()
+
+    @property
+    def shards(self) -> int:
+        """The shard count."""
+        return self.settings.shards
+
+    def decision(self, topic: str, subject: str | None = None) -> Decision | None:
+        """The latest decision on ``topic`` about ``subject`` (default: the root)."""
+        subject = self.name if subject is None else subject
+        for d in reversed(self.decisions):
+            if d.topic == topic and d.subject == subject:
+                return d
+        return None
+
+    def with_decisions(self, more: Iterable[Decision]) -> DistributionContext:
+        """A copy with ``more`` decisions appended."""
+        return DistributionContext(self.name, self.facts, self.settings, self.given,
+                                   (*self.decisions, *more))
+
+    def replicated(self) -> frozenset[str]:
+        """The sources the replication rule copied."""
+        return frozenset(s for s in self.facts.graph.sources
+                         if (d := self.decision("replicate", s)) is not None
+                         and d.choice == "replicate")
+
+    def partitionings(self) -> dict[str, Partitioning]:
+        """Each source's partitioning as the source rule decided it."""
+        out = {}
+        for s in self.facts.graph.sources:
+            d = self.decision("partitioning", s)
+            if d is None:
+                raise PlannerError(f"internal: no partitioning decided for source {s!r}")
+            out[s] = from_json(d.choice)
+        return out
+
+    @functools.cached_property
+    def derivation(self) -> Derivation:
+        """Placements and arrivals under the decided source partitionings."""
+        return derive(self.facts, self.partitionings(), self.shards,
+                      desires(self.facts, self.replicated()))
+
+
+def _rules() -> tuple[Rule, ...]:
+    from planner.rules.partition_exchange import PartitionExchange
+    from planner.rules.partition_replicate import PartitionReplicate
+    from planner.rules.partition_sources import PartitionSources
+    from planner.rules.partition_stages import PartitionStages
+
+    return (PartitionReplicate(), PartitionSources(), PartitionExchange(), PartitionStages())
+
+
+RULES: tuple[Rule, ...] = _rules()
+"""The partitioning rules in the order they run."""
+
+
+# ---- the plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DistributedPlan:
+    """A graph cut into stages for ``shards`` shards, with every decision that made it.
+
+    ``sources``: each source's partitioning (where its changes go; a consumer may have
+    some delivered otherwise too: :meth:`deliveries_of`); ``outputs``: the stage each
+    output is computed in; ``order``: the order a population pushes sources in (small
+    ones first: every bigger row then meets them as it arrives).
+    """
+
+    name: str
+    graph: Graph
+    shards: int
+    sources: Mapping[str, Partitioning]
+    stages: tuple[Stage, ...]
+    exchanges: Mapping[str, Exchange]
+    outputs: Mapping[str, int]
+    order: tuple[str, ...]
+    decisions: tuple[Decision, ...]
+    moved_rows: float = 0.0
+
+    def deliveries_of(self, source: str) -> list[Delivery]:
+        """Where a change to ``source`` goes: one delivery per (stage, routing)."""
+        return [d for st in self.stages for d in st.deliveries if d.source == source]
+
+    def route(self, partitioning: Partitioning, table: pa.Table | pa.RecordBatch) -> Any:
+        """The shard of every row under ``partitioning`` (None: every shard)."""
+        return route(partitioning, table, self.shards)
+
+    def decision(self, topic: str, subject: str) -> Decision | None:
+        """The decision on ``topic`` about ``subject``."""
+        for d in reversed(self.decisions):
+            if d.topic == topic and d.subject == subject:
+                return d
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description: stages, exchanges, sources, decisions."""
+        label = {n.id: n.label for n in self.graph.nodes}
+        return {
+            "name": self.name, "shards": self.shards,
+            "sources": {s: p.to_json() for s, p in self.sources.items()},
+            "order": list(self.order),
+            "stages": [{
+                "index": st.index,
+                "deliveries": [{"source": d.source, "name": d.name,
+                                "partitioning": d.partitioning.to_json()}
+                               for d in st.deliveries],
+                "receives": list(st.receives), "sends": list(st.sends),
+                "outputs": list(st.outputs), "nodes": [label[i] for i in st.nodes],
+                "shard0_only": st.others is None,
+            } for st in self.stages],
+            "exchanges": {k: {"producer": label[e.producer], "from": e.from_stage,
+                              "to": e.to_stage, "partitioning": None if e.partitioning is None
+                              else e.partitioning.to_json(),
+                              "columns": list(e.columns), "rows": round(e.rows),
+                              "copies": e.copies}
+                          for k, e in self.exchanges.items()},
+            "decisions": [d.to_dict() for d in self.decisions],
+        }
+
+    def explain(self) -> str:
+        """The sources, then each stage: what it receives, runs and sends, and why."""
+        g = self.graph
+        copied = sum(float(d.figures.get("rows") or 0) * (self.shards - 1)
+                     for s, p in self.sources.items() if isinstance(p, Replicated)
+                     and (d := self.decision("replicate", s)) is not None)
+        plural = lambda n, w: f"{n} {w}{'' if n == 1 else 's'}"  # noqa: E731
+        lines = [f"distributed plan of {self.name!r}: {plural(len(self.stages), 'stage')} on "
+                 f"{plural(self.shards, 'shard')}; {plural(len(self.exchanges), 'exchange')} "
+                 f"(~{fmt_rows(round(self.moved_rows))} rows sent)"
+                 + (f"; {fmt_rows(round(copied))} rows copied" if copied else ""),
+                 f"sources (population order: {', '.join(self.order)})"]
+        names = list(self.sources)
+        for i, s in enumerate(names):
+            part = self.decision("partitioning", s)
+            rep = self.decision("replicate", s)
+            known = None if part is None else part.figures.get("rows")
+            head = f"{s} ({fmt_rows(known)} rows): {self.sources[s].describe()}"
+            sub = []
+            if isinstance(self.sources[s], Replicated) and rep is not None:
+                sub.append(rep.reason + " " + _figs(rep.figures))
+            else:
+                if part is not None:
+                    sub.append(part.reason.split(": ", 1)[-1])
+                if rep is not None and self.shards > 1:
+                    sub.append(f"not copied: {rep.reason}")
+            lines += _tree([(head, sub)], last=i == len(names) - 1)
+        for st in self.stages:
+            items: list[tuple[str, list[str]]] = []
+            for dl in st.deliveries:
+                again = "" if dl.partitioning == self.sources[dl.source] else ", re-routed"
+                items.append((f"receives {dl.name}: source {dl.source}, "
+                              f"{dl.partitioning.describe()}{again}", []))
+            for x in st.receives:
+                e = self.exchanges[x]
+                items.append((f"receives {x}: {g.nodes[e.producer].label} from stage "
+                              f"{e.from_stage}", []))
+            quiet = []
+            for nid in st.nodes:
+                n = g.nodes[nid]
+                dec = self.decision("placement", n.label)
+                if dec is None:
+                    continue
+                if not n.stateful and dec.reason == "runs where its input lies":
+                    quiet.append(n.label)
+                    continue
+                sub = [dec.reason]
+                sub += [f"input {a.subject[len(n.label):]}: {a.reason}" for a in self.decisions
+                        if a.topic in ("exchange", "delivery")
+                        and a.subject.startswith(n.label + "[")]
+                items.append((f"{_short(n)}: {from_json(dec.choice).describe()}", sub))
+            if quiet:
+                items.append((f"where their input lies: {', '.join(quiet)}", []))
+            for x in st.sends:
+                e = self.exchanges[x]
+                items.append((f"sends {x}: {g.nodes[e.producer].label}, "
+                              f"{plural(len(e.columns), 'column')}, {e.describe()} "
+                              f"(~{fmt_rows(round(e.rows))} rows)"
+                              + ("; each shard sends its share of a copy" if e.copies else ""),
+                              []))
+            for o in st.outputs:
+                items.append((f"output {o}", []))
+            lines.append(f"stage {st.index}" + (" (shard 0 only)" if st.others is None else ""))
+            for k, item in enumerate(items):
+                lines += _tree([item], last=k == len(items) - 1)
+        return "\n".join(lines)
+
+
+def _short(n: Node) -> str:
+    """One line for an operator: its label and what it does, without expressions."""
+    if isinstance(n, JoinNode):
+        on = " and ".join(f"{a} = {b}" for a, b in zip(n.left_key, n.right_key, strict=True))
+        return f"{n.label} {n.how} join on {on}"
+    if isinstance(n, AggNode):
+        return f"{n.label} by {', '.join(n.keys)}" if n.keys else f"{n.label} over all rows"
+    if isinstance(n, JoinAllNode):
+        return f"{n.label} delta join of {len(n.legs)} legs on {', '.join(dict.fromkeys(n.keys))}"
+    return n.label
+
+
+def _tree(items: list[tuple[str, list[str]]], *, last: bool) -> list[str]:
+    out = []
+    for text, sub in items:
+        out.append(("└─ " if last else "├─ ") + text)
+        pad = "   " if last else "│  "
+        out += [f"{pad}   {t}".rstrip() for t in sub if t]
+    return out
+
+
+def _figs(figures: Mapping[str, Any]) -> str:
+    parts = []
+    for k, v in figures.items():
+        if v is None or v == [] or v == {} or k == "limit":
+            continue
+        parts.append(f"{k}={v:,}" if isinstance(v, int) and not isinstance(v, bool)
+                     else f"{k}={v}")
+    return f"[{', '.join(parts)}]" if parts else ""
+
+
+# ---- planning ---------------------------------------------------------------------------------
+
+
+def plan_distribution(graph: Graph, stats: Mapping[str, SourceStats] | None = None, *,
+                      shards: int, name: str = "graph",
+                      settings: DistributionSettings | None = None,
+                      given: Mapping[str, Any] | None = None,
+                      rules: Iterable[Rule] | None = None) -> DistributedPlan:
+    """Cut ``graph`` into stages for ``shards`` shards (see the module docstring).
+
+    ``stats``: per source (absent: size unknown, never copied); ``given``: choices fixed
+    by the caller (see :class:`DistributionContext`).
+    """
+    settings = settings or DistributionSettings(shards)
+    if settings.shards != shards:
+        settings = DistributionSettings(shards, settings.replicate_rows,
+                                        settings.replicate_share)
+    stats = dict(stats or {})
+    unknown = sorted(set(stats) - set(graph.sources))
+    if unknown:
+        raise PlannerError(f"statistics name source(s) {unknown} the graph does not have "
+                           f"(sources: {list(graph.sources)})")
+    ctx = DistributionContext(name, GraphFacts.of(graph, stats), settings, dict(given or {}))
+    for rule in RULES if rules is None else rules:
+        ctx = ctx.with_decisions(rule.apply(ctx))
+    return build(ctx)
+
+
+def from_decisions(graph: Graph, decisions: Iterable[Mapping[str, Any]], *, shards: int,
+                   name: str = "graph", stats: Mapping[str, SourceStats] | None = None
+                   ) -> DistributedPlan:
+    """The plan whose decisions were recorded (``plan.to_dict()["decisions"]``).
+
+    What a state directory stores: the same plan (same stages, same routing) is rebuilt
+    without deciding anything again, whatever statistics say now.
+    """
+    from planner.rule import Decision
+
+    recorded = tuple(Decision(d["topic"], d["subject"], d["choice"], d["reason"],
+                              dict(d.get("figures") or {}), d.get("rule", ""))
+                     for d in decisions)
+    ctx = DistributionContext(name, GraphFacts.of(graph, dict(stats or {})),
+                              DistributionSettings(shards), {}, recorded)
+    return build(ctx)
+
+
+def build(ctx: DistributionContext) -> DistributedPlan:
+    """The plan the decisions of ``ctx`` describe, with every stage's sub-graph."""
+    facts = ctx.facts
+    d = ctx.derivation
+    stage_of: dict[int, int] = {}
+    for nid in facts.order:
+        if nid not in facts.chain:
+            dec = ctx.decision("stage", facts.nodes[nid].label)
+            if dec is None:
+                raise PlannerError(f"internal: no stage decided for {facts.nodes[nid].label}")
+            stage_of[nid] = int(dec.choice)
+    out_stage = {}
+    for o in facts.outputs:
+        dec = ctx.decision("stage", f"output {o}")
+        if dec is None:
+            raise PlannerError(f"internal: no stage decided for output {o}")
+        out_stage[o] = int(dec.choice)
+    stages, exchanges = build_stages(facts, d, stage_of, out_stage)
+    known = facts.known
+    names = list(facts.graph.sources)
+    order = tuple(sorted(names, key=lambda s: (known[s] is None, known[s] or 0,
+                                               names.index(s))))
+    return DistributedPlan(ctx.name, facts.graph, ctx.shards, dict(d.defaults), stages,
+                           exchanges, out_stage, order, ctx.decisions,
+                           sum(e.rows for e in exchanges.values()))
