@@ -21,11 +21,12 @@ from planner.batch import decide_batch
 from planner.context import PlanContext, PlannerSettings
 from planner.errors import PlannerError
 from planner.history import History, read_history, record_population
-from planner.plan import Plan, plan_for_join, plan_join, plan_pipeline, run
+from planner.plan import Plan, plan_join, plan_population, run
 from planner.rule import Decision, Rule
 from planner.rules import RULES
-from planner.sql import Source, SQLError, UnsupportedSQLError, compile
+from planner.sql import Source, SQLError, UnsupportedSQLError, compile, reopen
 from planner.stats import KeyStats, SourceStats, from_parquet, from_table, gather
+from planner.views import ViewRecord, stored_view
 
 __all__ = [
     "RULES",
@@ -41,16 +42,18 @@ __all__ = [
     "Source",
     "SourceStats",
     "UnsupportedSQLError",
+    "ViewRecord",
     "compile",
     "decide_batch",
     "from_parquet",
     "from_table",
     "gather",
-    "plan_for_join",
     "plan_join",
-    "plan_pipeline",
+    "plan_population",
     "read_history",
     "record_population",
+    "reopen",
     "run",
     "stats",
+    "stored_view",
 ]

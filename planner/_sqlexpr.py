@@ -185,10 +185,9 @@ class ExprCompiler:
                                "list, HAVING or ORDER BY of a query with GROUP BY or "
                                "aggregates, not here")
         if isinstance(node, exp.Subquery | exp.Exists | exp.Select):
-            refuse("subquery", node, "subqueries in expressions (scalar or EXISTS) "
-                               "compare rows with the result of another query (a non-equi "
-                               "join); only `x IN (SELECT ...)` as a WHERE conjunct is "
-                               "compiled (a semi join)")
+            refuse("subquery", node, "subqueries are compiled (decorrelated into joins) "
+                               "in WHERE, ON, HAVING and the SELECT list, not inside an "
+                               "aggregate's argument or a GROUP BY key")
         refuse(type(node).__name__.lower(), node,
                            "this expression has no incremental translation here")
 
@@ -493,11 +492,9 @@ class ExprCompiler:
     def not_(self, node: exp.Not) -> Typed:
         """``NOT x``: NULL stays NULL."""
         if isinstance(node.this, exp.In) and node.this.args.get("query") is not None:
-            refuse("NOT IN subquery", node, "`x NOT IN (SELECT ...)` is never true once the "
-                   "subquery returns a NULL, and true for a NULL x when it returns nothing; "
-                   "an anti join does neither, so it is not compiled (write NOT EXISTS as a "
-                   "LEFT JOIN ... WHERE key IS NULL, or an ANTI JOIN, if that is what you "
-                   "mean)")
+            refuse("NOT IN subquery", node, "subqueries are compiled (decorrelated into "
+                   "joins) in WHERE, ON, HAVING and the SELECT list, not inside an "
+                   "aggregate's argument or a GROUP BY key")
         v = self.predicate(node.this)
         return Typed(pc.invert(v.expr), pa.bool_(), const=v.const)
 
@@ -516,9 +513,9 @@ class ExprCompiler:
     def in_(self, node: exp.In) -> Typed:
         """``x IN (a, b, ...)``: TRUE on a match, else NULL if x or an item is NULL."""
         if node.args.get("query") is not None or node.args.get("unnest") is not None:
-            refuse("IN subquery", node, "`x IN (SELECT ...)` is compiled only as "
-                               "a conjunct of WHERE (a semi join), not inside OR, NOT or an "
-                               "expression")
+            refuse("IN subquery", node, "subqueries are compiled (decorrelated into "
+                               "joins) in WHERE, ON, HAVING and the SELECT list, not inside "
+                               "an aggregate's argument or a GROUP BY key")
         x = self.compile(node.this)
         items = [self.compile(e) for e in node.expressions]
         adapted = [self._adapt(x, it, node)[1] for it in items]

@@ -6,10 +6,11 @@ items, or after the joins that bring its items together; a WHERE conjunct is nev
 pushed below an outer join that null-extends one of its items.  The group is then joined
 left-deep in the order the :class:`~planner.rules.join_order.JoinOrder` rule chooses,
 or, when at least three items are joined on one common key (every predicate equates one
-column of each, transitively), by one ``Pipeline.join_all``: a delta join whose legs
+column of each, transitively), by one ``joinstate.join_all``: a delta join whose legs
 share their stream's index (TPC-DS q4's six ``year_total`` legs).  Outer, semi and anti
-joins take the group built so far as their left input.  Items no equality connects are
-refused (a cross product or a non-equi join is not maintained incrementally).
+joins take the group built so far as their left input.  Groups of items no equality
+connects are cross-joined on a constant key (:mod:`planner._sqlcross`); a non-equi
+condition between two groups that may both hold several rows is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow.compute as pc
 from sqlglot import exp
 
+import joinstate
 from joinstate.errors import SchemaMismatchError
+from planner._sqlcross import cross_groups
 from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
 from planner._sqlexpr import ExprCompiler, cast_to
 from planner._sqlscope import (
@@ -37,13 +40,14 @@ from planner._sqlscope import (
     unique_name,
 )
 from planner._sqltypes import Typed, TypeRuleError, common_type
+from planner._sqlwindow import top_n
 from planner.rule import Decision
 from planner.rules.join_order import JoinEdge, JoinInput, JoinOrderContext
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from joinstate import Pipeline, Stream
+    from joinstate import Stream
 
 __all__ = ["FromPlanner", "QueryContext", "join_bounds"]
 
@@ -56,7 +60,6 @@ class QueryContext(Protocol):
     keeps that a one-way import.
     """
 
-    pipeline: Pipeline
     sources: Mapping[str, SourceSpec]
     outer_scopes: list[frozenset[str]]
 
@@ -69,6 +72,12 @@ class QueryContext(Protocol):
     def record(self, decision: Decision) -> None: ...
 
     def join_order(self, context: JoinOrderContext) -> list[str]: ...
+
+    def decorrelates(self, node: exp.Expr) -> bool: ...
+
+    def correlated_aliases(self, node: exp.Expr) -> frozenset[str]: ...
+
+    def subquery_filter(self, bound: Bound, node: exp.Expr) -> Bound: ...
 
 _VALID_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -209,7 +218,7 @@ class FromPlanner:
         for (item, _), kind in zip(entries, kinds, strict=True):
             if kind in ("left", "full"):
                 nulled_later.add(item.alias_or_name)
-        where = [_Conj(c, frozenset(aliases_of(c)))
+        where = [_Conj(c, frozenset(aliases_of(c)) | self.qc.correlated_aliases(c))
                  for c in conjuncts(node.args.get("where"))]
         members: list[Bound] = []
         on_conjs: list[_Conj] = []
@@ -218,7 +227,8 @@ class FromPlanner:
             if kind in ("inner", "cross"):
                 members.append(bound)
                 if join is not None:
-                    on_conjs += [_Conj(c, frozenset(aliases_of(c)))
+                    on_conjs += [_Conj(c, frozenset(aliases_of(c))
+                                       | self.qc.correlated_aliases(c))
                                  for c in conjuncts(join.args.get("on"))]
                 continue
             pool = on_conjs + ([w for w in where if not (w.aliases & nulled_later)]
@@ -260,9 +270,14 @@ class FromPlanner:
 
     def _filter(self, bound: Bound, conjs: Sequence[_Conj]) -> Bound:
         """``bound`` filtered by ``conjs`` (IN-subquery conjuncts become semi joins)."""
+        bound = top_n(bound, [c.node for c in conjs], self.qc.record)
         preds = []
+        later = []  # subqueries the compiler decorrelates: joined after the plain filters
         for c in conjs:
             c.used = True
+            if self.qc.decorrelates(c.node):
+                later.append(c)
+                continue
             if isinstance(c.node, exp.In) and self._is_in_subquery(c.node):
                 bound = self._semi(bound, c.node)
                 continue
@@ -273,6 +288,8 @@ class FromPlanner:
                 expr = pc.and_kleene(expr, p)
             bound = Bound(bound.stream.filter(expr), bound.refs, bound.aliases, bound.label,
                           bound.source, bound.unique, True)
+        for c in later:
+            bound = self.qc.subquery_filter(bound, c.node)
         return bound
 
     def _filter_after(self, bound: Bound, conjs: Sequence[_Conj]) -> Bound:
@@ -345,6 +362,7 @@ class FromPlanner:
             members[li], lcol = self._key_column(members[li], lexpr, lname)
             members[ri], rcol = self._key_column(members[ri], rexpr, rname)
             keyed.append((li, lcol, ri, rcol))
+        members, keyed = cross_groups(self.qc, members, keyed, multi, self.node)
         self._connected(members, keyed, multi)
         joined = self._join_all(members, keyed)
         if joined is None:
@@ -431,7 +449,7 @@ class FromPlanner:
         out_cols = [f"{names[i]}_{c}" for i, m in enumerate(members) for c in m.stream.columns]
         if len(set(out_cols)) != len(out_cols):
             return None  # leg_column names would collide: binary joins instead
-        stream = self.qc.pipeline.join_all(legs, on={names[i]: key[i] for i in names})
+        stream = joinstate.join_all(legs, on={names[i]: key[i] for i in names})
         refs: dict[tuple[str, str], str] = {}
         for i, m in enumerate(members):
             refs.update({k: f"{names[i]}_{v}" for k, v in m.refs.items()})

@@ -2,7 +2,7 @@
 
 One method per node type (:class:`QueryCompiler`): a ``SELECT`` becomes its FROM
 clause's joins and WHERE filters (:mod:`planner._sqlfrom`), then its GROUP BY aggregate,
-HAVING filter and projection on a ``joinstate.Pipeline``; ``UNION [ALL]`` one
+HAVING filter and projection, as streams of a ``joinstate.Graph``; ``UNION [ALL]`` one
 ``union_all`` of every branch; a ``WITH`` entry one stream, built the first time it is
 referenced, so that every consumer reads (and shares the indexes of) the same subgraph.
 Aggregates are DuckDB's: ``AVG`` is ``SUM / COUNT`` after the group-by, ``SUM``/``AVG``
@@ -19,9 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+import joinstate
 from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
 from planner._sqlexpr import ExprCompiler, cast_to, constant, null_of
 from planner._sqlfrom import FromPlanner
+from planner._sqlgroup import AggregatePlan, expand_grouping
 from planner._sqlscope import (
     AggScope,
     Bound,
@@ -33,6 +35,8 @@ from planner._sqlscope import (
     find_aggs,
     unique_name,
 )
+from planner._sqlsetop import set_operation
+from planner._sqlsubquery import Subqueries, attach_select, correlated_aliases, decorrelates
 from planner._sqltypes import (
     Typed,
     TypeRuleError,
@@ -42,12 +46,13 @@ from planner._sqltypes import (
     is_float,
     is_integer,
 )
+from planner._sqlwindow import compile_windows, find_windows
 from planner.rules.join_order import JoinOrder, JoinOrderContext
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from joinstate import Pipeline, Stream
+    from joinstate import Stream
     from planner.rule import Decision
 
 __all__ = ["Bound", "OrderItem", "QueryCompiler", "Rel", "SourceSpec", "output_order"]
@@ -68,9 +73,8 @@ class _Cte:
 
 @dataclass
 class QueryCompiler:
-    """Compiles qualified queries onto ``pipeline``; records planner decisions."""
+    """Compiles qualified queries into streams of a graph; records planner decisions."""
 
-    pipeline: Pipeline
     sources: Mapping[str, SourceSpec]  # by lower-case name
     decisions: list[Decision] = field(default_factory=list)
     streams: dict[str, Stream] = field(default_factory=dict)
@@ -100,9 +104,7 @@ class QueryCompiler:
             if isinstance(node, exp.Union):
                 return self.union(node, names)
             if isinstance(node, exp.Intersect | exp.Except):
-                kind = "INTERSECT" if isinstance(node, exp.Intersect) else "EXCEPT"
-                raise UnsupportedSQLError(f"{kind} {snippet(node)}", f"{kind} is not compiled "
-                                          "(only UNION and UNION ALL)")
+                return set_operation(self, node, names)
             raise UnsupportedSQLError(f"{type(node).__name__} {snippet(node)}",
                                       "only SELECT queries are compiled")
         finally:
@@ -211,12 +213,18 @@ class QueryCompiler:
             stream, scope = self._aggregate(bound, node, projections)
         else:
             stream, scope = bound.stream, BoundScope(bound, self.outer_aliases())
-        compiler = ExprCompiler(scope)
+        stream, expr_scope = attach_select(self, stream, scope, bound.aliases,
+                                           having.this if having is not None else None,
+                                           projections)
+        compiler = ExprCompiler(expr_scope)
         if having is not None:
             if not isinstance(scope, AggScope):
                 raise SQLError(f"HAVING without GROUP BY or aggregates: {snippet(having)}")
             pred = compiler.predicate(having.this)
             stream = stream.filter(pred.expr)
+        if any(find_windows(p) for p in projections):
+            stream, wscope = compile_windows(stream, scope, projections, self.record)
+            compiler = ExprCompiler(wscope)
         sql_names = [p.alias_or_name for p in projections]
         out_names = list(names) if names is not None else self._names(sql_names)
         cols: dict[str, Any] = {}
@@ -248,10 +256,7 @@ class QueryCompiler:
                          if not find_aggs(p)]
             else:
                 exprs = list(group.expressions)
-        for e in exprs:
-            if isinstance(e, exp.Rollup | exp.Cube | exp.GroupingSets):
-                raise UnsupportedSQLError(f"GROUP BY {snippet(e)}",
-                                          "grouping sets are not compiled")
+        exprs, sets = expand_grouping(exprs)
         pre = ExprCompiler(BoundScope(bound, self.outer_aliases()))
         stream = bound.stream
         keys: list[tuple[exp.Expr, str]] = []
@@ -273,10 +278,13 @@ class QueryCompiler:
         having = node.args.get("having")
         if having is not None:
             agg_nodes += find_aggs(having)
+        aggs = AggregatePlan(pre, specs, names, exprs, self._agg, self.record)
         for a in agg_nodes:
             key = agg_key(a)
             if key not in post:
-                post[key] = self._agg(a, pre, specs, names)
+                post[key] = aggs.value(a)
+        if sets is not None or aggs.special:
+            return aggs.build(stream, keys, sets, post, grouped=group is not None)
         if not specs:  # GROUP BY without aggregates: a hidden row count keeps the groups
             specs[unique_name("__rows", names)] = ("count", None)
         if group is None:
@@ -424,10 +432,10 @@ class QueryCompiler:
     # ---- FROM items -------------------------------------------------------------------
 
     def source_stream(self, spec: SourceSpec) -> Stream:
-        """The pipeline source for ``spec``, created on first use."""
+        """The graph's source stream for ``spec``, created on first use."""
         s = self.streams.get(spec.name)
         if s is None:
-            s = self.streams[spec.name] = self.pipeline.source(
+            s = self.streams[spec.name] = joinstate.source(
                 spec.name, spec.schema, unique_key=spec.unique_key)
         return s
 
@@ -509,6 +517,20 @@ class QueryCompiler:
         """Record a decision taken by the compiler itself."""
         self.decisions.append(decision)
 
+    # ---- subqueries in conditions (planner._sqlsubquery) -------------------------------
+
+    def decorrelates(self, node: exp.Expr) -> bool:
+        """Whether ``node`` holds a subquery decorrelation compiles (see ``subquery_filter``)."""
+        return decorrelates(node)
+
+    def correlated_aliases(self, node: exp.Expr) -> frozenset[str]:
+        """The enclosing queries' aliases the subqueries in ``node`` read."""
+        return correlated_aliases(node)
+
+    def subquery_filter(self, bound: Bound, node: exp.Expr) -> Bound:
+        """``bound`` filtered by a condition holding subqueries, decorrelated into joins."""
+        return Subqueries(self).where(bound, node)
+
 
 def output_order(order: exp.Order | None, projections: Sequence[exp.Expr] | None,
                  columns: Sequence[tuple[str, str]]) -> list[OrderItem]:
@@ -525,6 +547,8 @@ def output_order(order: exp.Order | None, projections: Sequence[exp.Expr] | None
         elif projections is not None:
             for p, (_, c) in zip(projections, columns, strict=True):
                 inner = p.this if isinstance(p, exp.Alias) else p
+                while isinstance(inner, exp.Paren):  # SELECT DISTINCT (x): x
+                    inner = inner.this
                 if inner == e:
                     col = c
                     break

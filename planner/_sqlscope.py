@@ -227,9 +227,13 @@ def find_aggs(node: exp.Expr) -> list[exp.Expr]:
     while stack:
         n = stack.pop()
         if isinstance(n, exp.Window):
-            raise UnsupportedSQLError(
-                f"window function {snippet(n)}", "a window's value depends on other rows "
-                "of its partition; it is not maintained incrementally")
+            # The window's own function is not an aggregate of this query, what it reads
+            # may be: SUM(SUM(x)) OVER (PARTITION BY c) sums the aggregate SUM(x).
+            stack.extend(n.this.iter_expressions())
+            stack.extend(n.args.get("partition_by") or [])
+            if n.args.get("order") is not None:
+                stack.extend(n.args["order"].expressions)
+            continue
         if isinstance(n, exp.AggFunc | exp.Filter):
             out.append(n)
             continue

@@ -1,4 +1,4 @@
-"""SQL in, a maintained ``joinstate.Pipeline`` out: :func:`compile`.
+"""SQL in, a ``joinstate.Graph`` (:func:`define`) or a maintained ``joinstate.Pipeline`` out.
 
 ::
 
@@ -18,20 +18,29 @@ table alias (``qualify``), rewrites conditions in conjunctive normal form
 ``simplify``, which rewrites ``f + 0.1 > 0.3`` as ``f > 0.2`` (not the same for a
 DOUBLE, nor for an integer that overflows); the FROM planner places every conjunct
 itself.  :mod:`planner._sqlrel` then visits the normalised tree (one method per node
-type) and builds the pipeline, :mod:`planner._sqlfrom` plans each FROM clause's joins
-(their order from the ``join_order`` rule), and :mod:`planner._sqlexpr` translates
-scalar expressions with DuckDB's types (:mod:`planner._sqltypes`).  The answer is one
+type) and builds the graph (store-less; :func:`compile` attaches it to a store),
+:mod:`planner._sqlfrom` plans each FROM clause's joins (their order from the
+``join_order`` rule), and :mod:`planner._sqlexpr` translates scalar expressions
+with DuckDB's types (:mod:`planner._sqltypes`).  The answer is one
 materialized output: its change sets come out of every ``push``, and the final
 ``ORDER BY ... LIMIT`` is applied when it is read.
 
 The subset.  SELECT with projections and arithmetic; WHERE filters and equi-joins
 (comma joins, ``JOIN ... ON``/``USING``, inner, left/right/full outer, DuckDB's SEMI and
-ANTI joins); ``x IN (SELECT ...)`` conjuncts (semi joins); GROUP BY with SUM, COUNT,
+ANTI joins); subqueries (EXISTS, IN, NOT IN, scalar; correlated by equalities or not)
+in WHERE, ON, HAVING and SELECT lists, decorrelated into joins
+(:mod:`planner._sqlsubquery`); GROUP BY with SUM, COUNT,
 COUNT(*), MIN, MAX, AVG (also with ``FILTER (WHERE ...)``); HAVING; SELECT DISTINCT;
-UNION ALL and UNION; WITH (each CTE one shared subgraph); IN lists, BETWEEN, CASE,
-IS [NOT] NULL, [I]LIKE, CAST, COALESCE, NULLIF, a few functions; a final ORDER BY and
-LIMIT.  Anything else raises :class:`UnsupportedSQLError` quoting the construct and
-saying why.
+DISTINCT aggregates, STDDEV/VAR and ROLLUP/CUBE/GROUPING SETS with GROUPING()
+(:mod:`planner._sqlgroup`); cross joins on a constant key (:mod:`planner._sqlcross`);
+UNION ALL and UNION; INTERSECT and EXCEPT, also ALL (:mod:`planner._sqlsetop`); WITH
+(each CTE one shared subgraph); IN lists, BETWEEN, CASE,
+IS [NOT] NULL, [I]LIKE, CAST, COALESCE, NULLIF, a few functions; window functions
+(ROW_NUMBER, RANK, DENSE_RANK, SUM/AVG/MIN/MAX/COUNT over a partition or from its start
+to the current row; a WHERE bound on a ranking makes a maintained top-N:
+:mod:`planner._sqlwindow`); a final ORDER BY (of output columns or any expression:
+:mod:`planner._sqlorder`) and LIMIT.  Anything else raises
+:class:`UnsupportedSQLError` quoting the construct and saying why.
 
 Semantics are DuckDB's (the tests compare with DuckDB on random changes), with one
 deliberate difference: ``SUM``/``AVG`` of ``x / c`` (``x`` an integer or decimal, ``c`` a
@@ -45,8 +54,6 @@ GROUP BY has its one row (zero counts, NULL sums) when no row qualifies, from th
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -61,6 +68,7 @@ from sqlglot.schema import MappingSchema
 
 import joinstate
 from joinstate.errors import SchemaMismatchError
+from joinstate.inspect import stored_names
 from joinstate.names import pipeline_spec_key, view_sql_key
 from planner._sqlerrors import (
     SQLError,
@@ -70,16 +78,19 @@ from planner._sqlerrors import (
     quoting,
     snippet,
 )
+from planner._sqlorder import hidden_order
 from planner._sqlrel import OrderItem, QueryCompiler, SourceSpec, output_order
 from planner._sqlscope import ambiguous_column
 from planner._sqltypes import describe
+from planner.views import ViewRecord, record_view, stored_view
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from planner.rule import Decision
 
-__all__ = ["SQLError", "SQLPlan", "Source", "UnsupportedSQLError", "compile", "define", "plan"]
+__all__ = ["SQLError", "SQLPlan", "Source", "UnsupportedSQLError", "compile", "define", "plan",
+           "reopen"]
 
 DIALECT = "duckdb"
 
@@ -206,10 +217,6 @@ def _precheck(tree: exp.Expr) -> None:
         raise UnsupportedSQLError(f"statement {snippet(tree)}", "only a SELECT query is "
                                   "compiled")
     for n in tree.walk():
-        if isinstance(n, exp.Window):
-            raise UnsupportedSQLError(f"window function {snippet(n)}", "a window's value "
-                                      "depends on other rows of its partition; it is not "
-                                      "maintained incrementally")
         if isinstance(n, exp.Values):
             raise UnsupportedSQLError(f"VALUES {snippet(n)}", "a constant relation has no "
                                       "source to maintain; pass it as a source")
@@ -218,15 +225,7 @@ def _precheck(tree: exp.Expr) -> None:
         if isinstance(n, exp.With) and n.args.get("recursive"):
             raise UnsupportedSQLError(f"WITH RECURSIVE {snippet(n)}",
                                       "recursive queries are not compiled")
-        if isinstance(n, exp.AggFunc) and isinstance(n.this, exp.Distinct):
-            raise UnsupportedSQLError(f"DISTINCT aggregate {snippet(n)}", "an aggregate of "
-                                      "distinct values needs every value's count per group; "
-                                      "not compiled")
-        if isinstance(n, exp.Intersect | exp.Except):
-            kind = "INTERSECT" if isinstance(n, exp.Intersect) else "EXCEPT"
-            raise UnsupportedSQLError(f"{kind} {snippet(n)}", f"{kind} is not compiled (only "
-                                      "UNION and UNION ALL)")
-        if n is not tree and isinstance(n, exp.Select | exp.Union):
+        if n is not tree and isinstance(n, exp.Select | exp.SetOperation):
             for arg, what in (("order", "ORDER BY"), ("limit", "LIMIT"),
                               ("offset", "OFFSET")):
                 if n.args.get(arg) is not None:
@@ -251,11 +250,15 @@ def _known_tables(tree: exp.Expr, specs: Mapping[str, SourceSpec]) -> None:
 
 
 def _correlated(tree: exp.Expr) -> None:
-    """Refuse subqueries that read columns of an enclosing query (after qualify)."""
+    """Refuse derived tables and set-operation branches that read an enclosing query.
+
+    (After qualify.)  A subquery in an expression that does is decorrelated when it is
+    compiled (:mod:`planner._sqlsubquery`), which refuses what it cannot decorrelate.
+    """
     from sqlglot.optimizer.scope import traverse_scope
 
     for scope in traverse_scope(tree):
-        if scope.external_columns:
+        if scope.external_columns and not scope.is_subquery:  # those are decorrelated
             cols = sorted({snippet(c) for c in scope.external_columns})
             raise UnsupportedSQLError(
                 f"correlated subquery {snippet(scope.expression)} (it reads {', '.join(cols)} "
@@ -268,7 +271,7 @@ def _correlated(tree: exp.Expr) -> None:
 
 
 def _first_select(node: exp.Expr) -> exp.Select | None:
-    while isinstance(node, exp.Union | exp.Subquery):
+    while isinstance(node, exp.SetOperation | exp.Subquery):
         node = node.this
     return node if isinstance(node, exp.Select) else None
 
@@ -386,26 +389,27 @@ def _factor_disjunctions(tree: exp.Expr) -> None:
             where.set("this", exp.and_(where.this, *extra))
 
 
-def define(p: joinstate.Pipeline, sql: str, sources: Mapping[str, Any], *,
-           name: str = "result", materialize: bool = True,
-           stats: Mapping[str, Any] | None = None) -> SQLPlan:
-    """Build ``sql`` on pipeline ``p``: one source per table read, one output ``name``.
+def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
+           materialize: bool = True, stats: Mapping[str, Any] | None = None,
+           ) -> tuple[joinstate.Graph, SQLPlan]:
+    """``sql`` as a graph: one source per table read, one output ``name``; and its plan.
 
     ``materialize=True`` declares the output materialized with the final ORDER BY and
-    LIMIT, so ``p.read(name)`` returns the current answer; with ``False`` (a pipeline
-    recorded for Spark) a final ORDER BY or LIMIT is refused.  ``stats`` maps a source
-    name to its row count (or to an object with a ``rows`` attribute, such as
-    ``planner.stats.SourceStats``), which the join-order rule reads.
+    LIMIT, so a pipeline's ``read(name)`` returns the current answer; with ``False`` (a
+    stream of changes, as Spark ships it) a final ORDER BY or LIMIT is refused.
+    ``stats`` maps a source name to its row count (or to an object with a ``rows``
+    attribute, such as ``planner.stats.SourceStats``), which the join-order rule reads.
+    Needs no store: :func:`compile` attaches the graph to one.
     """
     specs = _specs(sources, stats)
     raw = _parse(sql)
     explicit = frozenset(a.name.lower() for a in raw.find_all(exp.TableAlias) if a.name)
     with quoting(explicit):
-        return _define(p, raw, specs, name=name, materialize=materialize)
+        return _define(raw, specs, name=name, materialize=materialize)
 
 
-def _define(p: joinstate.Pipeline, raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
-            name: str, materialize: bool) -> SQLPlan:
+def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
+            name: str, materialize: bool) -> tuple[joinstate.Graph, SQLPlan]:
     _precheck(raw)
     _known_tables(raw, specs)
     root = _normalise(raw, specs)
@@ -422,9 +426,10 @@ def _define(p: joinstate.Pipeline, raw: exp.Expr, specs: Mapping[str, SourceSpec
     body.set("order", None)
     body.set("limit", None)
     display = _display_names(raw, root, specs)
-    qc = QueryCompiler(p, specs)
-    rel = qc.query(body, names=display)
-    sel = _first_select(root) if isinstance(root, exp.Select) else None
+    order, hidden = hidden_order(order, body, display) if materialize else (order, [])
+    qc = QueryCompiler(specs)
+    rel = qc.query(body, names=[*display, *hidden])
+    sel = _first_select(body) if isinstance(root, exp.Select) else None
     items = output_order(order, list(sel.expressions) if sel is not None else None,
                          rel.columns)
     order_by: list[Any] = []
@@ -434,10 +439,11 @@ def _define(p: joinstate.Pipeline, raw: exp.Expr, specs: Mapping[str, SourceSpec
                         else (o.column, direction))
     try:
         if materialize:
-            p.output(name, rel.stream, materialize=True, order_by=order_by or None,
-                     limit=limit)
+            graph = joinstate.Graph().output(name, rel.stream, materialize=True,
+                                             order_by=order_by or None, limit=limit,
+                                             hide=hidden)
         else:
-            p.output(name, rel.stream)
+            graph = joinstate.Graph().output(name, rel.stream)
     except SchemaMismatchError as exc:
         if any(len(o) == 3 for o in order_by):
             raise UnsupportedSQLError(
@@ -445,8 +451,9 @@ def _define(p: joinstate.Pipeline, raw: exp.Expr, specs: Mapping[str, SourceSpec
                 "this joinstate version sorts a materialized output with NULLs last only "
                 f"({exc})") from exc
         raise SQLError(f"output {name!r}: {exc}") from exc
-    return SQLPlan(
-        output=name, columns=tuple(c for _, c in rel.columns), order_by=tuple(items),
+    return graph, SQLPlan(
+        output=name, columns=tuple(c for _, c in rel.columns if c not in hidden),
+        order_by=tuple(items),
         limit=limit, sources=tuple(qc.streams), decisions=tuple(qc.decisions),
         qualified_sql=root.sql(dialect=DIALECT, pretty=True), materialized=materialize)
 
@@ -463,7 +470,8 @@ def _limit(node: exp.Expr | None) -> int | None:
 
 def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore,
             name: str = "result", share_indexes: bool = True,
-            stats: Mapping[str, Any] | None = None) -> joinstate.Pipeline:
+            stats: Mapping[str, Any] | None = None,
+            metadata: Mapping[str, Any] | None = None) -> joinstate.Pipeline:
     """A pipeline named ``name`` in ``store`` that maintains ``sql``'s answer.
 
     ``sources``: source name -> ``pyarrow.Schema`` or :class:`Source` (schema and unique
@@ -478,14 +486,22 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     another pipeline under ``name``, :class:`joinstate.JoinSpecMismatchError` quotes the
     SQL it was compiled from (kept in the store beside its definition) and nothing is
     written; the same SQL (or SQL compiling to the same pipeline) re-attaches.
+
+    The SQL, the sources' schemas and unique keys, ``stats``' row counts and
+    ``metadata`` (JSON-able, the caller's) are kept with the view, so
+    :func:`planner.reopen` can attach it again from the store alone.
     """
-    p = joinstate.Pipeline(store, name, share_indexes=share_indexes)
-    define(p, sql, sources, name=name, stats=stats)
-    _attach(p, sql, store)
+    graph, _ = define(sql, sources, name=name, stats=stats)
+    p = joinstate.Pipeline(store, name, graph, share_indexes=share_indexes)
+    specs = _specs(sources, stats)
+    record = ViewRecord(
+        sql, {s.name: (s.schema, s.unique_key) for s in specs.values()},
+        {s.name: s.rows for s in specs.values() if s.rows is not None}, dict(metadata or {}))
+    _attach(p, record, store)
     return p
 
 
-def _attach(p: joinstate.Pipeline, sql: str, store: joinstate.StateStore) -> None:
+def _attach(p: joinstate.Pipeline, record: ViewRecord, store: joinstate.StateStore) -> None:
     """Fix ``p``'s definition in ``store`` now, and keep the SQL it was compiled from.
 
     A store that already holds another pipeline under the name is refused here, not at
@@ -513,30 +529,42 @@ def _attach(p: joinstate.Pipeline, sql: str, store: joinstate.StateStore) -> Non
         raise joinstate.JoinSpecMismatchError(msg) from exc
     if store.read_only:
         return
-    stored = store.meta_get(key)
-    if stored is not None and _stored_sql(store, p.name, stored) is None:
-        record = {"sql": sql, "definition": hashlib.sha256(stored).hexdigest()}
-        store.meta_put(view_sql_key(p.name), json.dumps(record).encode())
+    if store.meta_get(key) is not None and stored_view(store, p.name) is None:
+        record_view(store, p.name, record)
 
 
 def _stored_sql(store: joinstate.StateStore, name: str, definition: bytes) -> str | None:
     """The SQL recorded for pipeline ``name``'s stored ``definition``, if any."""
     raw = store.meta_get(view_sql_key(name))
-    if raw is None:
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("sql"), str) or \
-            record.get("definition") != hashlib.sha256(definition).hexdigest():
-        return None
-    return cast("str", record["sql"])
+    record = None if raw is None else ViewRecord.from_json(raw, definition)
+    return None if record is None else record.sql
 
 
 def plan(sql: str, sources: Mapping[str, Any], *, name: str = "result",
          stats: Mapping[str, Any] | None = None) -> SQLPlan:
     """What :func:`compile` would build, without a store (for ``explain``)."""
-    # Building a graph never touches the store (Spark's driver records graphs this way).
-    p = joinstate.Pipeline(cast("joinstate.StateStore", None), name)
-    return define(p, sql, sources, name=name, stats=stats)
+    return define(sql, sources, name=name, stats=stats)[1]
+
+
+def reopen(store: joinstate.StateStore, name: str, *,
+           share_indexes: bool = True) -> joinstate.Pipeline:
+    """The SQL view ``name`` of ``store``, compiled again from its record.
+
+    Raises :class:`joinstate.JoinSpecMismatchError` when the store holds no such view,
+    when it was built in Python (no record), or when the record no longer compiles to
+    the stored definition.
+    """
+    record = stored_view(store, name)
+    if record is None or not record.sources:
+        known = stored_names(store)
+        if name not in known:
+            what = f"no pipeline {name!r} (pipelines: {', '.join(known) or 'none'})"
+        else:
+            what = (f"pipeline {name!r} was not compiled from SQL by this joinstate version "
+                    "(no record of its sources)")
+        raise joinstate.JoinSpecMismatchError(
+            f"{store.path} holds {what}; compile the SQL with planner.compile(sql, sources, "
+            "store=...) to create it")
+    sources = {n: Source(s, unique_key=uk) for n, (s, uk) in record.sources.items()}
+    return compile(record.sql, sources, store=store, name=name,
+                   stats=dict(record.rows) or None, share_indexes=share_indexes)
