@@ -15,12 +15,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from joinstate import JoinStateError
+from joinstate import IndexInfo, JoinStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
-    from joinstate import Database, IndexInfo, SideName
+    from joinstate import Database, SideName
 
 __all__ = ["Action", "CompactionControl", "guarded"]
 
@@ -41,24 +41,24 @@ class Action:
 
 
 class CompactionControl:
-    """Compaction switches and probes over the column families of one join's sides.
+    """Compaction switches and probes over the column families population writes.
 
-    ``indexes`` maps each side to its :class:`joinstate.IndexInfo` (``join.index(side)``).
-    Policies act on sides or on single column families; every action is recorded in
-    :attr:`actions`.
+    ``indexes`` maps each input to the index it writes (a join's side to
+    ``join.index(side)``) or to the several a pipeline source writes, as
+    :class:`joinstate.IndexInfo`.  Policies act on inputs (``cfs(side)``: the families
+    of the indexes that input writes) or on single column families; every action is
+    recorded in :attr:`actions`.
     """
 
-    def __init__(self, store: Database, indexes: Mapping[SideName, IndexInfo]) -> None:
-        for side in indexes:
-            if side not in ("left", "right"):
-                raise JoinStateError(f"indexes key {side!r} must be 'left' or 'right'")
+    def __init__(self, store: Database,
+                 indexes: Mapping[str, IndexInfo | Sequence[IndexInfo]]) -> None:
         self.store = store
-        self.side_cfs: dict[str, list[str]] = {
-            s: list(info.column_families) for s, info in indexes.items()
-        }
-        self.side_data_cfs: dict[str, list[str]] = {
-            s: list(info.data_column_families) for s, info in indexes.items()
-        }
+        self.side_cfs: dict[str, list[str]] = {}
+        self.side_data_cfs: dict[str, list[str]] = {}
+        for s, given in indexes.items():
+            infos = [given] if isinstance(given, IndexInfo) else list(given)
+            self.side_cfs[s] = [cf for i in infos for cf in i.column_families]
+            self.side_data_cfs[s] = [cf for i in infos for cf in i.data_column_families]
         self.disabled: set[str] = set()
         self.pinned: set[str] = set()
         self.actions: list[Action] = []

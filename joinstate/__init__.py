@@ -20,6 +20,7 @@ from joinstate.errors import (
     CheckpointCorruptedError,
     CheckpointIOError,
     CheckpointNotFoundError,
+    CheckViolationError,
     CommitConflictError,
     ExpressionError,
     JoinSpecMismatchError,
@@ -36,9 +37,10 @@ from joinstate.errors import (
     UniqueKeyViolationError,
     WeightOverflowError,
 )
+from joinstate.graph import Graph, GroupedStream, Stream, join_all, source
 from joinstate.join import How, Join, output_schema
 from joinstate.options import IndexOptions, Memtable, StoreOptions
-from joinstate.pipeline import GroupedStream, Pipeline, Stream
+from joinstate.pipeline import Pipeline
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
 from joinstate.store import StateStore
@@ -55,9 +57,11 @@ __all__ = [
     "CheckpointIOError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "CheckViolationError",
     "CommitConflictError",
     "ExpressionError",
     "Database",
+    "Graph",
     "How",
     "IndexInfo",
     "IndexOptions",
@@ -87,7 +91,9 @@ __all__ = [
     "WeightOverflowError",
     "WriteBlock",
     "from_changes",
+    "join_all",
     "output_schema",
+    "source",
     "stats_summary",
     "to_changes",
 ]

@@ -19,7 +19,10 @@ as Spark runs them) are how work runs in parallel.
 Opening never destroys anything: a new store is created only in a missing or empty
 directory; a directory holding RocksDB files without ``CURRENT``, another RocksDB
 database, or anything else raises :class:`~joinstate.errors.NotAStateStoreError`
-before a byte is written.  Every RocksDB error is raised as a named
+before a byte is written, and one directory has one writer at a time
+(:mod:`joinstate.directory`).  Changes RocksDB cannot make atomic (SST ingestion into
+several families, dropping families) are finished at the next open if a crash
+interrupted them (:mod:`joinstate.intents`).  Every RocksDB error is raised as a named
 :class:`~joinstate.errors.JoinStateError` (:mod:`joinstate._rocks`).
 
 The ``__meta__`` column family holds the catalog (one JSON spec per join), the layout
@@ -30,16 +33,12 @@ same WriteBatch as the data they describe (:mod:`joinstate.names` lists every ke
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
 import re
 import shutil
 import threading
-import uuid
-import weakref
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -49,6 +48,7 @@ import rocksdict as rd
 
 from joinstate import _rocks
 from joinstate.activity import activity_counters
+from joinstate.directory import check_directory, claim, release
 from joinstate.errors import (
     NotAStateStoreError,
     SchemaMismatchError,
@@ -56,14 +56,12 @@ from joinstate.errors import (
     StateCorruptedError,
     StateReadOnlyError,
 )
+from joinstate.intents import drop_durably, finish_interrupted, ingest_durably
 from joinstate.names import (
-    DROP_INTENT_PREFIX,
-    INGEST_INTENT_PREFIX,
     LAYOUT_VERSION_KEY,
     META_CF,
     counter_key,
-    drop_intent_key,
-    ingest_intent_key,
+    file_safe,
     is_keyed_cf,
     join_spec_key,
     join_spec_prefix,
@@ -74,32 +72,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from types import TracebackType
 
-__all__ = ["LAYOUT_VERSION", "Database", "Record", "fill_records", "hold_directory"]
+    from joinstate.intents import Record
+
+__all__ = ["LAYOUT_VERSION", "Database"]
 
 log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 2
 """Version of the on-disk layout (column-family naming, keys, values, commit records)."""
 
-_PENDING = "ingest-pending"
 _DERIVED = "derived"
 _ENTRIES = re.compile(r"# entries=(\d+)")
-_ROCKSDB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
-_ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
-_ROCKSDB_SUFFIXES = (".sst", ".log", ".blob")
-
-
-Record = tuple[bytes, bytes | None]
-"""A ``__meta__`` write: key and value (None deletes the key)."""
-
-
-def fill_records(wb: rd.WriteBatch, meta: Any, records: Sequence[Record]) -> None:
-    """Add ``__meta__`` writes to ``wb`` (``meta``: the family's handle)."""
-    for key, raw in records:
-        if raw is None:
-            wb.delete(key, meta)
-        else:
-            wb.put(key, raw, meta)
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:
@@ -108,137 +91,6 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-
-
-def _looks_like_rocksdb(name: str) -> bool:
-    return (name in _ROCKSDB_FILES or name.startswith(_ROCKSDB_PREFIXES)
-            or name.endswith(_ROCKSDB_SUFFIXES))
-
-
-# ---- one writer per directory ----------------------------------------------------------
-#
-# RocksDB takes a POSIX record lock (fcntl F_SETLK) on <dir>/LOCK when it opens a database
-# for writing.  Such locks belong to the *process*: a second lock attempt from the same
-# process succeeds, and closing any descriptor of the file releases the process's lock.
-# So writers inside this process are tracked here, by resolved path, and a restore that
-# replaces a directory (which must keep every writer out without opening the database)
-# locks <dir>/LOCK itself only once no writer of this process has it.
-
-_HELD: dict[str, tuple[str, weakref.ref[Database] | None]] = {}
-"""Resolved directory -> who in this process holds it: ``"this process"`` and the store
-(an open read-write store; a weak reference, so a store dropped without ``close()``
-frees its entry when RocksDB lets its lock go) or ``"a restore in this process"``."""
-_HELD_GUARD = threading.Lock()
-
-
-def _held_key(path: Path) -> str:
-    return str(path.resolve())
-
-
-def _claim(path: Path, what: str, store: Database | None = None) -> str:
-    """Register ``path`` as held by ``store`` (None: a restore), or raise StateLockedError."""
-    key = _held_key(path)
-    with _HELD_GUARD:
-        held = _HELD.get(key)
-        if held is not None and (held[1] is None or held[1]() is not None):
-            raise _rocks.locked_error(path, what, held[0])
-        _HELD[key] = (("this process", weakref.ref(store)) if store is not None
-                      else ("a restore in this process", None))
-    return key
-
-
-def _release(key: str, store: Database | None = None) -> None:
-    """End the hold of ``key`` by ``store`` (None: a restore's)."""
-    with _HELD_GUARD:
-        held = _HELD.get(key)
-        if held is not None and (held[1]() if held[1] is not None else None) is store:
-            del _HELD[key]
-
-
-def lock_file(lock: Path, store: Path, what: str) -> int:
-    """Take RocksDB's lock on ``lock`` (created if missing) the way RocksDB does.
-
-    Returns the open descriptor: closing it releases the lock.  Raises
-    :class:`~joinstate.errors.StateLockedError` if another process holds it.
-    """
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            raise _rocks.locked_error(store, what, "another process") from exc
-        raise
-    return fd
-
-
-@contextlib.contextmanager
-def hold_directory(path: Path, what: str) -> Iterator[list[int]]:
-    """Be the one writer of store directory ``path`` without opening it (a restore).
-
-    Inside the block no store of this process opens ``path`` for writing, and, if it
-    holds a database, no other process can (its LOCK is held).  Raises
-    :class:`~joinstate.errors.StateLockedError` naming the holder if a writer has it.
-    The yielded list takes more lock descriptors to close at the end (a restore locks
-    the directory that replaces ``path`` too, so the lock survives the swap).
-    """
-    key = _claim(path, what)
-    fds: list[int] = []
-    try:
-        if (path / "CURRENT").exists() or (path / "LOCK").exists():
-            fds.append(lock_file(path / "LOCK", path, what))
-        yield fds
-    finally:
-        for fd in fds:
-            os.close(fd)
-        _release(key)
-
-
-def _check_path(path: Path, read_only: bool) -> bool:
-    """Decide whether ``path`` may be opened; returns whether a new store is created.
-
-    Raises :class:`NotAStateStoreError` (touching nothing) for anything that is not a
-    joinstate store and is not empty.
-    """
-    for parent in (path, *path.parents):
-        if parent.exists() and not parent.is_dir():
-            where = "is" if parent == path else f"is under {parent}, which is"
-            raise NotAStateStoreError(
-                f"state store path {path} {where} a regular file, not a directory; choose "
-                "a directory path"
-            )
-        if parent.exists():
-            break
-    if not path.exists():
-        if read_only:
-            raise NotAStateStoreError(
-                f"no state store at {path} to open read-only; create it with a writer first"
-            )
-        return True
-    names = sorted(p.name for p in path.iterdir())
-    if "CURRENT" in names:
-        return False
-    if not names:
-        if read_only:
-            raise NotAStateStoreError(f"{path} is empty: no state store to open read-only")
-        return True
-    rocks = [n for n in names if _looks_like_rocksdb(n)]
-    if rocks:
-        raise NotAStateStoreError(
-            f"{path} holds RocksDB files ({', '.join(rocks[:4])}"
-            f"{' ...' if len(rocks) > 4 else ''}) but no CURRENT file: the database is "
-            "damaged, and opening it would replace it by an empty one. Nothing was changed; "
-            "restore CURRENT (it names the latest MANIFEST file) or the directory from a copy"
-        )
-    raise NotAStateStoreError(
-        f"{path} is a non-empty directory that is not a joinstate state store (it holds "
-        f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}); choose an empty or new "
-        "directory"
-    )
 
 
 class Database:
@@ -269,7 +121,7 @@ class Database:
         self._db: Any = None
         self._held: str | None = None
         if not read_only:
-            self._held = _claim(self.path, "open the state store", self)
+            self._held = claim(self.path, "open the state store", self)
         try:
             self._open(read_only)
         except BaseException:
@@ -278,7 +130,7 @@ class Database:
 
     def _open(self, read_only: bool) -> None:
         try:
-            create = _check_path(self.path, read_only)
+            create = check_directory(self.path, read_only)
         except OSError as exc:
             raise _rocks.translate(exc, self.path, "open the state store") from exc
         self._db_options = self.options.db_options(create=create)
@@ -310,8 +162,7 @@ class Database:
             )
         self._check_layout_version(create)
         if not read_only:
-            self._finish_ingests()
-            self._finish_drops()
+            finish_interrupted(self)
 
     def _check_counts(self, existing: Sequence[str]) -> None:
         """Refuse a store whose files no longer hold what its metadata records.
@@ -393,7 +244,7 @@ class Database:
         with self.lock:
             if self._db is None:
                 if self._held is not None:  # an open that failed
-                    _release(self._held, self)
+                    release(self._held, self)
                     self._held = None
                 return
             self._detach()
@@ -407,7 +258,7 @@ class Database:
                             _rocks.translate(exc, self.path, "close the state store"))
             finally:
                 if self._held is not None:
-                    _release(self._held, self)
+                    release(self._held, self)
                     self._held = None
 
     def _detach(self) -> None:
@@ -550,103 +401,23 @@ class Database:
         with _rocks.rocks_errors(self.path, "write a batch"):
             self._require_open().write(wb, options)
 
-    def ingest_durably(self, files: Mapping[str, Sequence[str]], records: Sequence[Record]) -> None:
+    def ingest_durably(self, files: Mapping[str, Sequence[str]], records: Sequence[Record]
+                       ) -> None:
         """Ingest SST files into several families and write ``records``, crash-safely.
 
-        RocksDB ingests one family at a time and cannot ingest and write a batch
-        atomically, so the ingestion is recorded first: the files are moved under
-        ``ingest-pending/`` and an intent naming them and the records is written through
-        the WAL; then each family ingests its files (moved, so an ingested file leaves
-        the pending directory); then the records are written and the intent removed, in
-        one batch.  A store opened after a crash anywhere in between finishes the job
-        (ingesting again what is still pending is harmless: the same keys with the same
-        values).  So the data and the counters describing it become durable together.
+        The data and the records (counters, a commit record) become durable together:
+        see :mod:`joinstate.intents`.
         """
-        self.require_writable("ingest files")
-        intent = uuid.uuid4().hex
-        pending = self.path / _PENDING / intent
-        with _rocks.rocks_errors(self.path, "stage files for ingestion"):
-            pending.mkdir(parents=True)
-            moved: dict[str, list[str]] = {}
-            for cf, paths in files.items():
-                for p in paths:
-                    dest = pending / f"{len(moved.get(cf, ())):06d}-{_safe(cf)}.sst"
-                    os.replace(p, dest)
-                    moved.setdefault(cf, []).append(dest.name)
-        doc = {"files": moved, "records": [[k.hex(), None if v is None else v.hex()]
-                                           for k, v in records]}
-        wb = rd.WriteBatch(raw_mode=True)
-        wb.put(ingest_intent_key(intent), json.dumps(doc).encode(), self.handle(META_CF))
-        self.write(wb, durable=True)
-        self._complete_ingest(intent, doc)
-
-    def _complete_ingest(self, intent: str, doc: dict[str, Any]) -> None:
-        pending = self.path / _PENDING / intent
-        for cf, names in doc["files"].items():
-            paths = [str(pending / n) for n in names if (pending / n).exists()]
-            if paths:
-                self.ingest(cf, paths)
-        records: list[Record] = [(bytes.fromhex(k), None if v is None else bytes.fromhex(v))
-                                 for k, v in doc["records"]]
-        records.append((ingest_intent_key(intent), None))
-        wb = rd.WriteBatch(raw_mode=True)
-        fill_records(wb, self.handle(META_CF), records)
-        self.write(wb, durable=True)
-        shutil.rmtree(pending, ignore_errors=True)
-
-    def _finish_ingests(self) -> None:
-        """Complete ingestions a crash interrupted (see :meth:`ingest_durably`)."""
-        for key in self.meta_keys(INGEST_INTENT_PREFIX):
-            raw = self.meta_get(key)
-            if raw is None:
-                continue
-            intent = key[len(INGEST_INTENT_PREFIX):].decode()
-            log.warning("%s: completing an SST ingestion interrupted by a crash (%s)",
-                        self.path, intent)
-            self._complete_ingest(intent, json.loads(raw))
-        leftovers = self.path / _PENDING
-        if leftovers.exists() and not self.meta_keys(INGEST_INTENT_PREFIX):
-            shutil.rmtree(leftovers, ignore_errors=True)
+        ingest_durably(self, files, records)
 
     def drop_durably(self, cfs: Sequence[str], records: Sequence[Record]) -> None:
-        """Drop column families and write ``records``, crash-safely.
+        """Drop column families and write ``records`` (a catalog entry deleted), crash-safely.
 
-        RocksDB drops one family at a time and cannot drop and write a batch atomically,
-        so the records (a catalog entry and counters deleted, say) are written in one
-        batch with an intent naming the families; then the families go, with their
-        derived files, and the intent is removed.  A store opened after a crash in
-        between finishes the drop before anything can use the families, so the catalog
-        and counters never describe families that are gone, nor do families outlive
-        their catalog entry (a new definition of the same name would find old rows).
+        A crash in between is finished at the next open, before anything can use the
+        families (:mod:`joinstate.intents`): the catalog and counters never describe
+        families that are gone, nor do families outlive their catalog entry.
         """
-        self.require_writable("drop column families")
-        intent = uuid.uuid4().hex
-        doc = {"families": list(cfs)}
-        wb = rd.WriteBatch(raw_mode=True)
-        fill_records(wb, self.handle(META_CF),
-                     [*records, (drop_intent_key(intent), json.dumps(doc).encode())])
-        self.write(wb, durable=True)
-        self._complete_drop(intent, doc)
-
-    def _complete_drop(self, intent: str, doc: dict[str, Any]) -> None:
-        families = [str(cf) for cf in doc["families"]]
-        self.drop_column_families(families)
-        self.forget_counters(families)
-        self.drop_derived(families)
-        wb = rd.WriteBatch(raw_mode=True)
-        fill_records(wb, self.handle(META_CF), [(drop_intent_key(intent), None)])
-        self.write(wb, durable=True)
-
-    def _finish_drops(self) -> None:
-        """Complete drops a crash interrupted (see :meth:`drop_durably`)."""
-        for key in self.meta_keys(DROP_INTENT_PREFIX):
-            raw = self.meta_get(key)
-            if raw is None:
-                continue
-            intent = key[len(DROP_INTENT_PREFIX):].decode()
-            log.warning("%s: completing a drop of column families interrupted by a crash "
-                        "(%s)", self.path, intent)
-            self._complete_drop(intent, json.loads(raw))
+        drop_durably(self, cfs, records)
 
     def meta_put(self, key: bytes, value: bytes) -> None:
         """Write one ``__meta__`` entry (catalog, phase, layout version)."""
@@ -745,8 +516,8 @@ class Database:
             return
         folder = self.path / _DERIVED
         folder.mkdir(exist_ok=True)
-        target = folder / f"{_safe(name)}.npz"
-        tmp = folder / f".{_safe(name)}.tmp.npz"
+        target = folder / f"{file_safe(name)}.npz"
+        tmp = folder / f".{file_safe(name)}.tmp.npz"
         payload: dict[str, Any] = {"stamp": np.asarray(stamp, dtype=np.int64), **arrays}
         np.savez(tmp, **payload)
         os.replace(tmp, target)
@@ -767,12 +538,12 @@ class Database:
         folder = self.path / _DERIVED
         if not cfs or not folder.is_dir():
             return []
-        ends = tuple(f"-{_safe(cf)}.npz" for cf in cfs)
+        ends = tuple(f"-{file_safe(cf)}.npz" for cf in cfs)
         return sorted(f for f in folder.iterdir() if f.name.endswith(ends))
 
     def load_arrays(self, name: str, stamp: Sequence[int]) -> dict[str, np.ndarray] | None:
         """The arrays saved under ``name`` for exactly ``stamp``, else None."""
-        target = self.path / _DERIVED / f"{_safe(name)}.npz"
+        target = self.path / _DERIVED / f"{file_safe(name)}.npz"
         if not target.exists():
             return None
         try:

@@ -13,6 +13,7 @@ __all__ = [
     "CheckpointCorruptedError",
     "CheckpointIOError",
     "CheckpointNotFoundError",
+    "CheckViolationError",
     "CommitConflictError",
     "ExpressionError",
     "JoinSpecMismatchError",
@@ -48,6 +49,15 @@ class ExpressionError(JoinStateError, ValueError):
 
     Integer overflow, a failed cast, a division Arrow refuses.  The message names the
     operator and its expressions.
+    """
+
+
+class CheckViolationError(JoinStateError, ValueError):
+    """A push would give a checked stream a row its check refuses; nothing was applied.
+
+    A pipeline declares such a check where SQL raises on data rather than on the query:
+    a scalar subquery that returns more than one row.  The message says what the check
+    requires and the remedy.
     """
 
 

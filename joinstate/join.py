@@ -9,6 +9,12 @@ the per-key multiplicity ("degree") of a side crosses zero:
   null-extended row (-); when it goes >0 -> 0 they get it back (+).
 * left_semi / left_anti: only left rows are output, filtered by right degree > 0 / == 0.
 
+These terms are :class:`joinstate.joinrule.JoinRule`'s (the rule the pipeline's join
+operator and population's recompute apply too); a :class:`Join` supplies the reads: the
+other side's rows by one probe of its index (or its in-memory probe cache), its degrees
+by a multi-get of its degree index where no rows are needed, and this side's degree
+crossings from staging the batch.
+
 A push is one :class:`~joinstate.transaction.Transaction`: own-side rows, degree
 changes, counters and the commit record are written together or not at all, after
 validation.  The output is assembled with Arrow ``take``.
@@ -22,31 +28,25 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 import pyarrow as pa
 
-from joinstate._bytes import is_identity
+from joinstate import commits
 from joinstate._index import Index, Staged
 from joinstate._probe import Entries
 from joinstate.activity import auto_compaction_flags
 from joinstate.catalog import spec_diff
 from joinstate.errors import (
     BulkWriteRefused,
-    CommitConflictError,
     JoinSpecMismatchError,
     SchemaMismatchError,
     StateClosedError,
 )
+from joinstate.joinrule import Crossings, JoinRule, is_semi, tracks_degree
 from joinstate.keys import KeyCodec, key_plan, single_plan
-from joinstate.names import (
-    commit_key,
-    commit_prefix,
-    index_cf,
-    phase_key,
-    progress_key,
-    source_of_join_side,
-)
+from joinstate.maintained import Bookkeeping, Kind, Phase
+from joinstate.names import index_cf, source_of_join_side
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
 from joinstate.transaction import Transaction
-from joinstate.zset import checked_mul, checked_sum_by, expand
+from joinstate.zset import checked_sum_by
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,10 +62,9 @@ __all__ = ["How", "Join", "Phase", "output_schema"]
 log = logging.getLogger(__name__)
 
 How = Literal["inner", "left", "right", "full", "left_semi", "left_anti"]
-Phase = Literal["population", "live"]
 _HOWS: tuple[str, ...] = get_args(How)
 SPEC_VERSION = 1
-_COMMIT_FORMAT = b"JSC1"  # commit record: format tag, 16-byte delta digest, Arrow IPC output
+_SIDES: tuple[SideName, SideName] = ("left", "right")
 
 
 class Join:
@@ -74,7 +73,13 @@ class Join:
     Obtain one with :meth:`joinstate.StateStore.join`.  Safe to use from several threads: every
     push, ``state()`` and ``stats()`` holds the store's lock, so pushes are serialized
     (RocksDB writes from Python hold the GIL anyway; threads buy no write parallelism).
+
+    A :class:`~joinstate.maintained.Maintained` object: its inputs are the two sides, its
+    one output is named after the join (:meth:`push_change` returns ``{name: output}``).
     """
+
+    kind: Kind = "join"
+    inputs: tuple[str, ...] = _SIDES
 
     def __init__(
         self, store: Database, name: str, left: Side, right: Side, how: str,
@@ -95,6 +100,7 @@ class Join:
             raise SchemaMismatchError(f"suffixes={suffixes!r} must be a pair of strings")
         self.store: Database | None = store
         self.name = name
+        self.records = Bookkeeping(name, _SIDES, f"join {name!r}")
         self.how = how
         self.left_side, self.right_side = left, right
         self.suffixes = (suffixes[0], suffixes[1])
@@ -103,15 +109,15 @@ class Join:
             "left": left.to_spec(), "right": right.to_spec(),
         }
         self.output_schema = output_schema(left, right, how, self.suffixes)
+        self.rule = JoinRule.of_sides(how, left.schema, right.schema, self.output_schema)
         plan = key_plan(left.schema, left.key, right.schema, right.key)
         self.left = Index(
             store, index_cf(source_of_join_side(name, "left"), left.key), "left", left,
-            KeyCodec(left.key, plan, "left"), track_degree=how in ("right", "full"),
+            KeyCodec(left.key, plan, "left"), track_degree=tracks_degree(how, 0),
         )
         self.right = Index(
             store, index_cf(source_of_join_side(name, "right"), right.key), "right", right,
-            KeyCodec(right.key, plan, "right"),
-            track_degree=how in ("left", "full", "left_semi", "left_anti"),
+            KeyCodec(right.key, plan, "right"), track_degree=tracks_degree(how, 1),
         )
         stored = store.catalog_get(name)
         if stored is None and store.read_only:
@@ -155,25 +161,6 @@ class Join:
         if self.store is None or self.store.closed:
             raise StateClosedError(f"join {self.name!r} is bound to a closed state store")
         return self.store
-
-    # ---- output rows ------------------------------------------------------------------
-
-    def _assemble(
-        self, left: pa.Table | None, right: pa.Table | None, w: np.ndarray
-    ) -> pa.Table:
-        n = len(w)
-        cols: list[pa.Array] = []
-        if left is not None:
-            cols += [c.combine_chunks() for c in left.columns]
-        else:
-            cols += [pa.nulls(n, f.type) for f in self.left_side.schema]
-        if self.how not in ("left_semi", "left_anti"):
-            if right is not None:
-                cols += [c.combine_chunks() for c in right.columns]
-            else:
-                cols += [pa.nulls(n, f.type) for f in self.right_side.schema]
-        cols.append(pa.array(w, type=pa.int64()))
-        return pa.Table.from_arrays(cols, schema=self.output_schema)
 
     # ---- push -------------------------------------------------------------------------
 
@@ -240,29 +227,28 @@ class Join:
                 f"the batch was prepared for the {batch.side} side, not the {side} side"
             )
         with store.lock:
-            ckey = commit_key(self.name, commit_id) if commit_id is not None else None
-            digest = batch.digest() if ckey is not None else b""
-            if ckey is not None:
-                recorded = store.meta_get(ckey)
-                if recorded is not None:
-                    return self._replay(commit_id or "", recorded, side, digest)
+            digest = b"" if commit_id is None else commits.change_digest(side, batch.rh, batch.w)
+            replayed = self.records.replay(store, commit_id, digest, f"the {side} side",
+                                           self.output_names)
+            if replayed is not None:
+                return replayed[self.name]
             store.require_writable(f"push to the {side} side of join {self.name!r}")
             out = self.output_schema.empty_table()
             txn = Transaction(store)
             staged = Staged()
             if batch.rows:
                 staged = s.stage(batch, txn)
-                out = self._output(side, s, o, batch, staged) if output is None else output
+                out = self._output(side, o, batch, staged) if output is None else output
             elif output is not None and output.num_rows:
                 raise SchemaMismatchError(
                     f"join {self.name!r}: an output of {output.num_rows} rows was given for a "
                     "batch that consolidates to nothing (its output is empty); nothing was "
                     "applied"
                 )
-            if ckey is not None:
-                txn.record(ckey, _COMMIT_FORMAT + digest + _ipc_write(out))
+            if commit_id is not None:
+                self.records.stage_commit(txn, commit_id, digest, {self.name: out})
             if progress is not None:
-                txn.record(progress_key(self.name, side), progress)
+                self.records.stage_progress(txn, side, progress)
             if sink is not None and txn.read_state:
                 raise BulkWriteRefused(
                     f"join {self.name!r}, {side} side: the batch retracts rows or may repeat "
@@ -297,22 +283,6 @@ class Join:
                 )
         return pa.Table.from_arrays(output.columns, schema=want)
 
-    def _replay(self, commit_id: str, recorded: bytes, side: str, digest: bytes) -> pa.Table:
-        if not recorded.startswith(_COMMIT_FORMAT):
-            raise CommitConflictError(
-                f"commit id {commit_id!r} of join {self.name!r} was recorded in an older "
-                "format without a digest of its change set; use a new commit id"
-            )
-        n = len(_COMMIT_FORMAT)
-        if recorded[n:n + 16] != digest:
-            raise CommitConflictError(
-                f"commit id {commit_id!r} of join {self.name!r} was already committed with "
-                f"a different change set or side (this push: the {side} side); a retry must "
-                "repeat the same change to the same side, a new change needs a new commit "
-                "id; nothing was applied"
-            )
-        return _ipc_read(recorded[n + 16:])
-
     def _sides(self, side: str) -> tuple[Index, Index]:
         if side == "left":
             return self.left, self.right
@@ -320,19 +290,14 @@ class Join:
             return self.right, self.left
         raise SchemaMismatchError(f"side={side!r} must be 'left' or 'right'")
 
-    def progress(self, side: SideName) -> bytes | None:
+    def progress(self, side: str) -> bytes | None:
         """The durable progress marker a driver committed with ``side``'s batches."""
         self._sides(side)
-        return self._require_store().meta_get(progress_key(self.name, side))
+        return self.records.progress(self._require_store(), side)
 
     def clear_progress(self) -> None:
         """Remove both sides' progress markers (a driver does so when it finishes)."""
-        store = self._require_store()
-        with store.lock:
-            txn = Transaction(store)
-            for side in ("left", "right"):
-                txn.record(progress_key(self.name, side), None)
-            txn.commit()
+        self.records.clear_progress(self._require_store())
 
     def settle(self) -> None:
         """Finish in-memory work deferred during a load, before the live phase.
@@ -363,52 +328,108 @@ class Join:
 
     def committed(self, commit_id: str) -> bool:
         """Whether a push with ``commit_id`` has been applied."""
-        store = self._require_store()
-        return store.meta_get(commit_key(self.name, commit_id)) is not None
+        return self.records.committed(self._require_store(), commit_id)
 
     def forget_commits(self, keep: Callable[[str], bool] | None = None) -> int:
         """Drop recorded commit ids (and their outputs) for which ``keep`` is false."""
-        store = self._require_store()
-        prefix = commit_prefix(self.name)
-        with store.lock:
-            txn = Transaction(store)
-            n = 0
-            for k in store.meta_keys(prefix):
-                if keep is None or not keep(k[len(prefix):].decode()):
-                    txn.record(k, None)
-                    n += 1
-            txn.commit()
-        return n
+        return self.records.forget_commits(self._require_store(), keep)
 
     # ---- phase ------------------------------------------------------------------------
 
     @property
     def phase(self) -> Phase:
-        """``"population"`` until a driver calls :meth:`set_phase` ``("live")``."""
-        store = self._require_store()
-        return "live" if store.meta_get(phase_key(self.name)) == b"live" else "population"
+        """``"population"`` until a driver calls :meth:`go_live` (or :meth:`set_phase`)."""
+        return self.records.phase(self._require_store())
 
     def set_phase(self, phase: Phase) -> None:
         """Record the join's phase (persisted in ``__meta__``)."""
-        if phase not in ("population", "live"):
-            raise SchemaMismatchError(f"phase={phase!r} must be 'population' or 'live'")
-        store = self._require_store()
-        with store.lock:
-            store.meta_put(phase_key(self.name), phase.encode())
+        self.records.set_phase(self._require_store(), phase)
 
-    def go_live(self) -> None:
+    def go_live(self, before_commit: Callable[[dict[str, pa.Table]], object] | None = None
+                ) -> dict[str, pa.Table]:
         """End population: the phase becomes ``live`` and both progress markers go.
 
         One write, so a crash leaves either the interrupted population with its markers
-        or a live join with none left over.
+        or a live join with none left over.  A join owes its output nothing at that point
+        (every output row came with the push that made it): returns ``{}``.
         """
         store = self._require_store()
         with store.lock:
             txn = Transaction(store)
-            for side in ("left", "right"):
-                txn.record(progress_key(self.name, side), None)
-            txn.record(phase_key(self.name), b"live")
+            self.records.go_live(txn)
+            if before_commit is not None:
+                before_commit({})
             txn.commit()
+        return {}
+
+    # ---- the Maintained protocol ----------------------------------------------------------
+
+    @property
+    def owner(self) -> str:
+        """The name of the join's ``__meta__`` records: the join's name."""
+        return self.name
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The join's one output, named after the join."""
+        return (self.name,)
+
+    def input_label(self, input_name: str) -> str:
+        """``"the left side"`` / ``"the right side"``."""
+        return f"the {input_name} side"
+
+    def input_schema(self, input_name: str) -> pa.Schema:
+        """The schema of a side's change sets (without ``_weight``)."""
+        return self._sides(input_name)[0].side.schema
+
+    def input_unique_key(self, input_name: str) -> tuple[str, ...] | None:
+        """The side's declared unique key."""
+        uk = self._sides(input_name)[0].side.unique_key
+        return tuple(uk) if uk is not None else None
+
+    def input_keys(self, input_name: str) -> tuple[tuple[str, ...], ...]:
+        """The side's join key (population samples its statistics by it)."""
+        return (tuple(self._sides(input_name)[0].side.key),)
+
+    def push_change(
+        self, input_name: str, delta: pa.Table | pa.RecordBatch, *,
+        commit_id: str | None = None, progress: bytes | None = None,
+        before_commit: Callable[[dict[str, pa.Table]], object] | None = None,
+        sink: BulkSink | None = None,
+    ) -> dict[str, pa.Table]:
+        """:meth:`push` as the protocol has it: ``{join name: output}`` (see :meth:`apply`)."""
+        side: SideName = "left" if input_name == "left" else "right"
+        self._sides(input_name)
+        store = self._require_store()
+        deliver = None if before_commit is None else (
+            lambda out: before_commit({self.name: out}))
+        with store.lock:
+            out = self.apply(side, self.prepare(side, delta), commit_id=commit_id, sink=sink,
+                             progress=progress, before_commit=deliver)
+        return {self.name: out}
+
+    def indexes(self) -> list[IndexInfo]:
+        """Views of both sides' indexes (left, right)."""
+        self._require_store()
+        return [self.left.info(), self.right.info()]
+
+    def written_indexes(self, input_name: str) -> list[IndexInfo]:
+        """The index a push to ``input_name`` writes: its own side's."""
+        self._require_store()
+        return [self._sides(input_name)[0].info()]
+
+    def probed_indexes(self, input_name: str) -> list[IndexInfo]:
+        """The index a push to ``input_name`` probes: the other side's."""
+        self._require_store()
+        return [self._sides(input_name)[1].info()]
+
+    def bulk_loadable(self, input_name: str) -> bool:
+        """Whether the side's batches may go to a bulk sink (no degree family)."""
+        return self.index(input_name).bulk_loadable  # type: ignore[arg-type]
+
+    def operator_rows(self) -> dict[str, int]:
+        """A join is one operator; its rows of change are in the population report."""
+        return {}
 
     def rows(self, side: SideName) -> int:
         """Total multiplicity stored on ``side`` (NULL-key rows included); O(1)."""
@@ -430,93 +451,16 @@ class Join:
         """
         return self._sides(side)[0].key_codec.shard_of(table, shards)
 
-    def _output(
-        self, side: str, s: Index, o: Index, batch: PreparedBatch, staged: Staged
-    ) -> pa.Table:
-        is_left = side == "left"
-        how = self.how
+    def _output(self, side: str, o: Index, batch: PreparedBatch, staged: Staged) -> pa.Table:
+        """The output of a staged batch: the join rule against the other side's index."""
         kg = batch.keys
-        G = len(kg)
-        qcanon: Bytes = batch.canon.take(kg.first)
-        qhash = batch.khash[kg.first]
-        parts: list[pa.Table] = []
-
-        def orient(mine: pa.Table | None, other: pa.Table | None, w: np.ndarray) -> pa.Table:
-            return self._assemble(mine, other, w) if is_left else self._assemble(other, mine, w)
-
-        if how in ("left_semi", "left_anti"):
-            if is_left:
-                deg = o.degrees(qcanon, qhash)
-                matched = np.zeros(batch.rows, dtype=bool)
-                nn = kg.inv >= 0
-                matched[nn] = deg[kg.inv[nn]] > 0
-                keep = matched if how == "left_semi" else ~matched
-                idx = np.flatnonzero(keep)
-                if len(idx):
-                    parts.append(self._assemble(batch.table.take(pa.array(idx)), None,
-                                                batch.w[idx]))
-            else:
-                self._transitions(staged, o, qcanon, qhash, parts, sign=(
-                    1 if how == "left_semi" else -1))
-            return _concat(parts, self.output_schema)
-
-        entries = o.probe(qcanon, qhash) if G else None
-        if entries is not None and len(entries.w):
-            ri, ei = expand(kg.inv, entries.q, G)
-            if len(ri):
-                parts.append(orient(
-                    _take(batch.table, ri), _take(entries.rows, ei),
-                    checked_mul(batch.w[ri], entries.w[ei], "the weight of a joined pair"),
-                ))
-        s_preserved = (is_left and how in ("left", "full")) or (
-            not is_left and how in ("right", "full"))
-        o_preserved = (is_left and how in ("right", "full")) or (
-            not is_left and how in ("left", "full"))
-        if s_preserved:
-            odeg = (checked_sum_by(entries.q, entries.w, G, "a key's degree")
-                    if entries is not None else np.zeros(0, np.int64))
-            unmatched = batch.null.copy()
-            nn = kg.inv >= 0
-            unmatched[nn] = odeg[kg.inv[nn]] == 0
-            idx = np.flatnonzero(unmatched)
-            if len(idx):
-                parts.append(orient(batch.table.take(pa.array(idx)), None, batch.w[idx]))
-        if o_preserved:
-            self._transitions(staged, o, qcanon, qhash, parts, sign=-1, entries=entries,
-                              other_is_left=not is_left)
-        return _concat(parts, self.output_schema)
-
-    def _transitions(
-        self, staged: Staged, o: Index, qcanon: Bytes, qhash: np.ndarray,
-        parts: list[pa.Table], sign: int, entries: Entries | None = None,
-        other_is_left: bool = True,
-    ) -> None:
-        """Emit O's rows for keys whose own-side degree crossed zero.
-
-        ``sign`` is the sign for a 0 -> >0 crossing (the opposite for >0 -> 0).
-        """
-        if staged.deg_old is None or staged.deg_new is None:
-            return  # the batch had only NULL keys: no degree changed
-        old, new = staged.deg_old, staged.deg_new
-        up = (old == 0) & (new > 0)
-        down = (old > 0) & (new == 0)
-        crossing = np.flatnonzero(up | down)
-        if not len(crossing):
-            return
-        if entries is None:
-            sub = o.probe(qcanon.take(crossing), qhash[crossing])
-            q = crossing[sub.q]
-            entries = Entries(sub.rows, sub.w, q)
-        sel = np.flatnonzero(up[entries.q] | down[entries.q])
-        if not len(sel):
-            return
-        factor = np.where(up[entries.q[sel]], sign, -sign)
-        rows = entries.rows.take(pa.array(sel))
-        w = entries.w[sel] * factor
-        if other_is_left:
-            parts.append(self._assemble(rows, None, w))
-        else:
-            parts.append(self._assemble(None, rows, w))
+        crossings = None
+        if staged.deg_old is not None and staged.deg_new is not None:
+            crossings = Crossings.of(staged.deg_old, staged.deg_new)
+        other = _Probe(o, batch.canon.take(kg.first), batch.khash[kg.first])
+        parts = self.rule.push(0 if side == "left" else 1, batch.table, batch.w, kg.inv,
+                               len(kg), other, crossings)
+        return self.rule.table(parts)
 
     # ---- inspection -------------------------------------------------------------------
 
@@ -710,7 +654,7 @@ def output_schema(
     ``suffixes``), then ``_weight``; semi and anti joins output left columns only.
     """
     lnames = left.schema.names
-    if how in ("left_semi", "left_anti"):
+    if is_semi(how):
         fields = [pa.field(f.name, f.type) for f in left.schema]
         return pa.schema([*fields, pa.field(WEIGHT, pa.int64(), nullable=False)])
     rnames = right.schema.names
@@ -728,17 +672,6 @@ def output_schema(
     return pa.schema([*fields, pa.field(WEIGHT, pa.int64(), nullable=False)])
 
 
-def _ipc_write(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _ipc_read(raw: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
-
-
 def _binary(values: Bytes, null: np.ndarray) -> pa.Array:
     """``values`` as a ``large_binary`` Arrow array, null where ``null`` is set."""
     if not null.any():
@@ -749,12 +682,40 @@ def _binary(values: Bytes, null: np.ndarray) -> pa.Array:
         pa.py_buffer(values.data)])
 
 
-def _take(table: pa.Table, idx: np.ndarray) -> pa.Table:
-    """``table.take(idx)``, without the copy when ``idx`` takes every row in order."""
-    return table if is_identity(idx, table.num_rows) else table.take(pa.array(idx))
+class _Probe:
+    """The other side's index at a batch's distinct keys, read at most once per kind.
 
+    The join rule's :class:`~joinstate.joinrule.OtherSide`: rows by one probe (probe
+    cache or RocksDB), degrees from those rows once probed and otherwise by the degree
+    index's multi-get (a semi join's left push reads no rows), and the rows of a few
+    keys (those whose degree crossed zero) by a probe of just those keys.
+    """
 
-def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    if not parts:
-        return schema.empty_table()
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    __slots__ = ("_entries", "_index", "_qcanon", "_qhash")
+
+    def __init__(self, index: Index, qcanon: Bytes, qhash: np.ndarray) -> None:
+        self._index = index
+        self._qcanon = qcanon
+        self._qhash = qhash
+        self._entries: Entries | None = None
+
+    def entries(self) -> Entries:
+        if self._entries is None:
+            if len(self._qhash):
+                self._entries = self._index.probe(self._qcanon, self._qhash)
+            else:
+                self._entries = Entries(self._index.schema.empty_table(),
+                                        np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return self._entries
+
+    def degrees(self) -> np.ndarray:
+        e = self._entries
+        if e is None:
+            return self._index.degrees(self._qcanon, self._qhash)
+        return checked_sum_by(e.q, e.w, len(self._qhash), "a key's degree")
+
+    def entries_at(self, groups: np.ndarray) -> Entries:
+        if self._entries is not None:
+            return self._entries
+        sub = self._index.probe(self._qcanon.take(groups), self._qhash[groups])
+        return Entries(sub.rows, sub.w, groups[sub.q])

@@ -14,7 +14,9 @@ Column families of one index ``<cf>``:
 ``__meta__`` holds bookkeeping only, never data; its keys are ``<kind>\x00<parts>``:
 the layout version, one catalog entry per join, each join's phase, commit records,
 per-column-family counters (big-endian int64, updated in the same write as the data),
-and the measured costs of applying change batches (the planner's history).
+the measured costs of applying change batches (the planner's history), the intents of
+multi-step changes in flight (:mod:`joinstate.intents`) and undo records
+(``undo\x00<tag>\x00<sequence>``, :mod:`joinstate.transaction`).
 
 Column families of one group-by aggregation ``<base>`` (:mod:`joinstate.aggregate`):
 
@@ -37,7 +39,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from joinstate.errors import SchemaMismatchError
+from joinstate.errors import JoinStateError, SchemaMismatchError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,6 +50,7 @@ __all__ = [
     "INGEST_INTENT_PREFIX",
     "LAYOUT_VERSION_KEY",
     "META_CF",
+    "UNDO_PREFIX",
     "aggregate_cf",
     "aggregate_values_cf",
     "batch_cost_key",
@@ -58,6 +61,7 @@ __all__ = [
     "counter_prefix",
     "degree_cf",
     "drop_intent_key",
+    "file_safe",
     "index_cf",
     "ingest_intent_key",
     "initial_outputs_key",
@@ -67,7 +71,9 @@ __all__ = [
     "nulls_cf",
     "option_aliases",
     "phase_key",
+    "pipeline_aggregate_of",
     "pipeline_column_families",
+    "pipeline_index_of",
     "pipeline_owner",
     "pipeline_spec_key",
     "planner_history_key",
@@ -77,8 +83,10 @@ __all__ = [
     "source_of_join_side",
     "source_rows_cf",
     "source_rows_of",
+    "undo_prefix",
     "validate_name",
     "view_sql_key",
+    "window_rows_cf",
 ]
 
 META_CF = "__meta__"
@@ -113,6 +121,17 @@ def source_of_join_side(join: str, side: str) -> str:
 def index_cf(source: str, key: Sequence[str]) -> str:
     """The column family of the index of ``source`` on ``key``."""
     return f"{_INDEX}{source}[{','.join(key)}]"
+
+
+def window_rows_cf(pipeline: str, stream: str, window: str, key: str) -> str:
+    """The index a window operator keeps of its input's rows, by partition.
+
+    ``ix.<pipeline>~<stream>~<window>[<key>]``: the form of an index of ``stream`` owned
+    by one reader (the window operator ``window``), so that inspecting, verifying and
+    dropping a pipeline treat it as the index it is; ``key`` is the column holding each
+    row's encoded partition.
+    """
+    return index_cf(f"{pipeline}~{stream}~{window}", [key])
 
 
 def nulls_cf(index: str) -> str:
@@ -154,6 +173,29 @@ def source_rows_of(cf: str) -> tuple[str, str] | None:
         return None
     pipeline, _, source = cf[len(_ROWS):-1].partition("~")
     return pipeline, source
+
+
+def pipeline_index_of(cf: str, pipeline: str) -> tuple[str, str | None, list[str]] | None:
+    """``(stream, reader, key)`` of an index family of pipeline ``pipeline``, else None.
+
+    The index of a stream shared by its readers is ``ix.<pipeline>~<stream>[<key>]``;
+    one owned by a single reader (sharing off) ``ix.<pipeline>~<stream>~<reader>[<key>]``.
+    Its ``.nulls`` and ``.deg`` families are not indexes of their own (None).
+    """
+    prefix = f"{_INDEX}{pipeline}~"
+    if not (cf.startswith(prefix) and cf.endswith("]") and "[" in cf[len(prefix):]):
+        return None
+    label, key = cf[len(prefix):-1].split("[", 1)
+    stream, _, reader = label.partition("~")
+    return stream, reader or None, key.split(",")
+
+
+def pipeline_aggregate_of(cf: str, pipeline: str) -> str | None:
+    """The operator label of an aggregate family ``agg[<pipeline>~<label>]``, else None."""
+    prefix = f"agg[{pipeline}~"
+    if not (cf.startswith(prefix) and cf.endswith("]")):
+        return None
+    return cf[len(prefix):-1]
 
 
 def pipeline_column_families(families: Sequence[str], pipeline: str) -> list[str]:
@@ -300,6 +342,23 @@ DROP_INTENT_PREFIX = b"drop\x00"
 def drop_intent_key(intent: str) -> bytes:
     """The record of one drop of column families in flight."""
     return DROP_INTENT_PREFIX + intent.encode()
+
+
+UNDO_PREFIX = b"undo\x00"
+"""Prefix of every undo record (:mod:`joinstate.transaction`)."""
+
+
+def undo_prefix(tag: str) -> bytes:
+    """The key prefix of the undo records of ``tag`` (no NUL byte allowed in it)."""
+    if not tag or "\x00" in tag:
+        msg = f"undo tag {tag!r} must be a non-empty string without NUL bytes"
+        raise JoinStateError(msg)
+    return UNDO_PREFIX + tag.encode() + b"\x00"
+
+
+def file_safe(name: str) -> str:
+    """``name`` (a column family's, say) usable as a file name: other characters -> ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def counter_prefix(cf: str) -> bytes:

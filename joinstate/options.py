@@ -18,10 +18,14 @@ from typing import Any, Literal
 
 import rocksdict as rd
 
+from joinstate._probe import COST_GET_US, COST_SCAN_US
 from joinstate.errors import OptionsError
 from joinstate.names import option_aliases
 
-__all__ = ["Compression", "IndexOptions", "Memtable", "ProbeMode", "StoreOptions"]
+__all__ = ["COST_GET_US", "COST_SCAN_US", "Compression", "IndexOptions", "Memtable",
+           "ProbeMode", "StoreOptions"]
+# COST_GET_US / COST_SCAN_US: the cost model ``probe="auto"`` decides by (µs per point get,
+# per scanned row), public for planners that choose a probe mode per store.
 
 Memtable = Literal["skiplist", "hash_skip_list", "hash_link_list", "vector"]
 ProbeMode = Literal["auto", "point", "scan"]

@@ -307,7 +307,11 @@ def compare(got: pa.Table, want: pa.Table, *, rtol: float = RTOL, atol: float = 
             diff = pc.abs(pc.subtract(a, b))
             tol = pc.max_element_wise(pc.multiply(pc.max_element_wise(pc.abs(a), pc.abs(b)),
                                                   rtol), atol)
-            same = pc.or_(pc.less_equal(diff, tol), pc.and_(pc.is_nan(a), pc.is_nan(b)))
+            # the tolerance is for finite values (an infinity's is infinite: it would
+            # match anything); infinities match when equal, NaN matches NaN
+            finite = pc.and_(pc.is_finite(a), pc.is_finite(b))
+            same = pc.or_(pc.or_(pc.and_(finite, pc.less_equal(diff, tol)), pc.equal(a, b)),
+                          pc.and_(pc.is_nan(a), pc.is_nan(b)))
         else:
             same = pc.equal(a, b)
         ok = pc.or_kleene(pc.fill_null(same, False), both_null)

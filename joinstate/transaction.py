@@ -40,9 +40,9 @@ import rocksdict as rd
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes
-from joinstate.db import Record, fill_records
 from joinstate.errors import JoinStateError, StateCorruptedError
-from joinstate.names import META_CF, counter_key
+from joinstate.intents import Record, fill_records
+from joinstate.names import META_CF, UNDO_PREFIX, counter_key, undo_prefix
 from joinstate.zset import checked_int
 
 if TYPE_CHECKING:
@@ -51,14 +51,12 @@ if TYPE_CHECKING:
     from joinstate.db import Database
 
 __all__ = [
-    "UNDO_PREFIX",
     "BulkSink",
     "Record",
     "Transaction",
     "WriteBlock",
     "apply_undo",
     "drop_undo",
-    "undo_prefix",
     "undo_tags",
 ]
 
@@ -306,17 +304,7 @@ class Transaction:
 
 # ---- undo ------------------------------------------------------------------------------------
 
-UNDO_PREFIX = b"undo\x00"
-"""Prefix of every undo record in ``__meta__`` (see the module docstring)."""
 _UNDO_FORMAT = b"JSU1"
-
-
-def undo_prefix(tag: str) -> bytes:
-    """The key prefix of the undo records of ``tag`` (no NUL byte allowed in it)."""
-    if not tag or "\x00" in tag:
-        msg = f"undo tag {tag!r} must be a non-empty string without NUL bytes"
-        raise JoinStateError(msg)
-    return UNDO_PREFIX + tag.encode() + b"\x00"
 
 
 def _undo_table(families: list[str], cf: np.ndarray, keys: list[bytes],

@@ -1,10 +1,17 @@
-"""Vectorised grouping and checked arithmetic for Z-sets (rows with int64 weights).
+"""Vectorised grouping, consolidation and checked arithmetic for Z-sets (rows, int64 weights).
 
 Weights are int64.  numpy wraps on overflow without a word, so every sum and product
 of weights the engine forms goes through the checked helpers here: a cheap float64
 bound proves the common case safe, and only values near the int64 limits are
 recomputed exactly with Python integers (two's-complement sums are exact modulo 2**64,
-so an int64 sum is right whenever the true sum is in range).
+so an int64 sum is right whenever the true sum is in range).  A result that does not
+fit raises :class:`~joinstate.errors.WeightOverflowError` naming what overflowed.
+
+:class:`ExactInts` is the same arithmetic for values that may legitimately pass beyond
+int64 on the way (sums of decimals, which hold 38 digits; sums of int64 values that
+come back into range): int64 where the bound proves them safe, Python ints for the
+rest, checked only when converted back.  This module is the one home of that
+arithmetic: joins, aggregates, indexes and population use it and nothing else.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pyarrow as pa
 
 from joinstate._bytes import Bytes
 from joinstate.errors import StateCorruptedError, WeightOverflowError
@@ -19,6 +27,7 @@ from joinstate.errors import StateCorruptedError, WeightOverflowError
 __all__ = [
     "I64_MAX",
     "I64_MIN",
+    "ExactInts",
     "Groups",
     "checked_add",
     "checked_int",
@@ -36,6 +45,7 @@ __all__ = [
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
 _SAFE = float(2**62)  # below this bound (in float64) no int64 result can have wrapped
+_DEC_MAX = 10**38 - 1  # the largest unscaled value of a decimal128 (38 digits)
 
 
 class Groups:
@@ -142,9 +152,9 @@ def sum_by(inv: np.ndarray, w: np.ndarray, n_groups: int) -> np.ndarray:
     return out
 
 
-def _overflow(what: str, value: int) -> WeightOverflowError:
+def _overflow(what: str, value: int, of: str = "weights") -> WeightOverflowError:
     return WeightOverflowError(
-        f"{what} would be {value}, outside the int64 range of weights "
+        f"{what} would be {value}, outside the int64 range of {of} "
         f"[{I64_MIN}, {I64_MAX}]; nothing of the batch was applied"
     )
 
@@ -199,6 +209,114 @@ def checked_mul(a: np.ndarray, b: np.ndarray, what: str) -> np.ndarray:
     for i in risky.tolist():
         checked_int(int(a[i]) * int(b[i]), what)
     return out
+
+
+class ExactInts:
+    """Exact integers: int64 where they provably fit, Python ints for the rest.
+
+    ``small[i]`` is entry ``i`` unless ``i`` is in ``big``, which holds the entries that
+    do not fit int64 or were too near its limits to add in it.  Built from Arrow
+    integers or decimals (their unscaled values), summed per group with weights and
+    element-wise, and checked when converted back (:meth:`to_int64`,
+    :meth:`to_decimal`).
+    """
+
+    __slots__ = ("big", "small")
+
+    def __init__(self, small: np.ndarray, big: dict[int, int] | None = None) -> None:
+        self.small = small
+        self.big = big if big is not None else {}
+
+    def __len__(self) -> int:
+        return len(self.small)
+
+    def exact(self, i: int) -> int:
+        """Entry ``i`` as a Python int."""
+        return self.big[i] if i in self.big else int(self.small[i])
+
+    @classmethod
+    def of_ints(cls, arr: pa.Array) -> ExactInts:
+        """Integer values (no NULLs) of any Arrow integer type."""
+        v = np.asarray(arr.to_numpy(zero_copy_only=False))
+        if v.dtype == np.uint64:
+            over = np.flatnonzero(v > np.uint64(I64_MAX))
+            small = v.astype(np.int64)
+            big = {i: int(v[i]) for i in over.tolist()}
+            small[over] = 0
+            return cls(small, big)
+        return cls(v.astype(np.int64))
+
+    @classmethod
+    def of_decimals(cls, arr: pa.Array) -> ExactInts:
+        """The unscaled values of decimal128 values (no NULLs)."""
+        n = len(arr)
+        buf = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+        raw = buf[arr.offset * 16 : (arr.offset + n) * 16].reshape(n, 16).view("<i8")
+        lo, hi = raw[:, 0], raw[:, 1]
+        fits = hi == (lo >> 63)
+        small = np.where(fits, lo, 0)
+        big = {i: int.from_bytes(raw[i].tobytes(), "little", signed=True)
+               for i in np.flatnonzero(~fits).tolist()}
+        return cls(small, big)
+
+    def group_sums(self, inv: np.ndarray, w: np.ndarray, n_groups: int) -> ExactInts:
+        """Per group, the exact sum of ``value * weight``."""
+        bound = np.bincount(
+            inv, weights=np.abs(self.small.astype(np.float64)) * np.abs(w.astype(np.float64)),
+            minlength=n_groups,
+        )
+        risky = bound >= _SAFE
+        if self.big:
+            risky[inv[list(self.big)]] = True
+        safe = ~risky[inv]
+        small = np.zeros(n_groups, dtype=np.int64)
+        np.add.at(small, inv[safe], self.small[safe] * w[safe])
+        big: dict[int, int] = {}
+        for r in np.flatnonzero(~safe).tolist():
+            g = int(inv[r])
+            big[g] = big.get(g, 0) + self.exact(r) * int(w[r])
+        return ExactInts(small, big)
+
+    def plus(self, other: ExactInts) -> ExactInts:
+        """Element-wise exact sum."""
+        risky = np.abs(self.small.astype(np.float64)) + np.abs(other.small.astype(np.float64)) \
+            >= _SAFE
+        for g in (*self.big, *other.big):
+            risky[g] = True
+        small = np.where(risky, 0, self.small + np.where(risky, 0, other.small))
+        big = {g: self.exact(g) + other.exact(g) for g in np.flatnonzero(risky).tolist()}
+        return ExactInts(small, big)
+
+    def is_zero(self) -> np.ndarray:
+        """Mask of the zero entries."""
+        z = self.small == 0
+        for g, v in self.big.items():
+            z[g] = v == 0
+        return z
+
+    def to_int64(self, what: Callable[[int], str]) -> np.ndarray:
+        """As int64; :class:`WeightOverflowError` (naming ``what(i)``) if one does not fit."""
+        out = self.small.copy()
+        for g, v in self.big.items():
+            if not I64_MIN <= v <= I64_MAX:
+                raise _overflow(what(g), v, "the sum's type")
+            out[g] = v
+        return out
+
+    def to_decimal(self, t: pa.DataType, what: Callable[[int], str]) -> pa.Array:
+        """As decimal128 ``t`` (38 digits); :class:`WeightOverflowError` beyond them."""
+        n = len(self.small)
+        raw = np.empty((n, 2), dtype="<i8")
+        raw[:, 0] = self.small
+        raw[:, 1] = self.small >> 63
+        for g, v in self.big.items():
+            if abs(v) > _DEC_MAX:
+                raise WeightOverflowError(
+                    f"{what(g)} would have {len(str(abs(v)))} digits, more than the 38 of "
+                    f"{t}; nothing of the batch was applied"
+                )
+            raw[g] = np.frombuffer(v.to_bytes(16, "little", signed=True), dtype="<i8")
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(raw)])
 
 
 def consolidate(rh: Bytes, enc: Bytes | EncodingsOf, w: np.ndarray, what: str

@@ -1,10 +1,12 @@
 """The planner's decision for one change batch, and the measured costs it learns from.
 
 :func:`decide_batch` gathers what :class:`planner.rules.recompute.RecomputeRule` needs —
-the batch's rows, the rows stored on each side (O(1) counters), and the costs recorded
-for earlier batches of the same join side — and returns the rule's
-:class:`~planner.rule.Decision`.  Nothing is read from the data: deciding costs a few
-metadata reads.
+the batch's rows, the rows stored in the indexes a push to the input writes and probes
+(O(1) counters, through the :class:`~joinstate.maintained.Maintained` protocol: a join
+side's own index and the other side's), and the costs recorded for earlier batches to
+the same input — and returns the rule's :class:`~planner.rule.Decision`.  Nothing is
+read from the data: deciding costs a few metadata reads.  Whether a recompute path
+exists for the target is the executor's to say (``recompute_unavailable``).
 
 :func:`record_batch` is called by the executor (``population.apply``) after every apply:
 it appends ``(batch rows, scanned rows, ms)`` to the side's record for that strategy in
@@ -20,13 +22,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import joinstate
-from joinstate.names import batch_cost_key, pipeline_owner
+from joinstate.names import batch_cost_key
 from planner.errors import PlannerError
 from planner.rules.recompute import BatchContext, Observation, RecomputeRule
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from joinstate.maintained import Maintained
     from planner.rule import Decision
 
 __all__ = ["KEEP", "STRATEGIES", "batch_context", "decide_batch", "partners_per_row",
@@ -39,44 +42,47 @@ KEEP = 16
 """Recorded runs kept per (join side or pipeline source, strategy)."""
 _VERSION = 1
 
-Target = joinstate.Join | joinstate.Pipeline
 
 
-def _owner(target: Target) -> tuple[str, joinstate.Database]:
+def _owner(target: Maintained) -> tuple[str, joinstate.Database]:
     """Owner name of the target's records, and its open store."""
     store = target.store
     if store is None or store.closed:
         raise joinstate.StateClosedError(f"{target.name!r} is bound to a closed state store")
-    if isinstance(target, joinstate.Join):
-        return target.name, store
-    return pipeline_owner(target.name), store
+    return target.owner, store
 
 
-def scanned_rows(join: joinstate.Join, side: joinstate.SideName) -> int:
-    """Rows a recompute of a batch to ``side`` reads (``population.recompute`` scans these).
+def scanned_rows(target: Maintained, input_name: str) -> int:
+    """Rows a recompute of a batch to ``input_name`` reads.
 
-    The other side, and ``side`` itself when the join keeps its degrees.
+    The indexes a push to it probes, and those it writes that keep degrees (a join:
+    the other side, and its own side when the join keeps its degrees; what
+    ``population.recompute`` scans).
     """
-    other: joinstate.SideName = "right" if side == "left" else "left"
-    n = join.rows(other)
-    return n + join.rows(side) if join.index(side).tracks_degree else n
+    n = sum(ix.rows for ix in target.probed_indexes(input_name))
+    return n + sum(ix.rows for ix in target.written_indexes(input_name) if ix.tracks_degree)
 
 
-def partners_per_row(join: joinstate.Join, side: joinstate.SideName) -> float:
-    """Rows of the other side a batch row to ``side`` is expected to meet.
+def partners_per_row(target: Maintained, input_name: str) -> float:
+    """Rows a batch row to ``input_name`` is expected to meet in the index it probes.
 
-    Known from the counters when ``side`` holds one row per join key (its entries are
-    its keys): the other side's rows per key of this side.  Otherwise 1, a guess that
+    Known from the counters when the input writes one index holding one row per key
+    (its entries are its keys) and probes one: that index's rows per key of this one
+    (a join: the other side's rows per key of this side).  Otherwise 1, a guess that
     the first measured runs replace.
     """
-    info = join.index(side)
+    written = target.written_indexes(input_name)
+    probed = target.probed_indexes(input_name)
+    if len(written) != 1 or len(probed) != 1:
+        return 1.0
+    info = written[0]
     if info.layout != "key" or info.entries <= 0:
         return 1.0
-    other: joinstate.SideName = "right" if side == "left" else "left"
-    return max(1.0, join.rows(other) / info.entries)
+    return max(1.0, probed[0].rows / info.entries)
 
 
-def recorded(target: Target, side_or_source: str, strategy: str) -> tuple[Observation, ...]:
+def recorded(target: Maintained, side_or_source: str, strategy: str
+             ) -> tuple[Observation, ...]:
     """The runs recorded for one side (or source) and strategy, oldest first."""
     owner, store = _owner(target)
     raw = store.meta_get(batch_cost_key(owner, side_or_source, strategy))
@@ -94,7 +100,7 @@ def recorded(target: Target, side_or_source: str, strategy: str) -> tuple[Observ
         return ()
 
 
-def record_batch(target: Target, side_or_source: str, strategy: str, batch_rows: int,
+def record_batch(target: Maintained, side_or_source: str, strategy: str, batch_rows: int,
                  scanned: int, ms: float, scan_ms: float = 0.0) -> None:
     """Append one measured apply to the record (keeps the last :data:`KEEP`).
 
@@ -115,41 +121,40 @@ def record_batch(target: Target, side_or_source: str, strategy: str, batch_rows:
                    json.dumps(doc, separators=(",", ":")).encode())
 
 
-def batch_context(target: Target, side_or_source: str, delta: pa.Table | pa.RecordBatch
-                  ) -> BatchContext:
-    """The rule's input for applying ``delta`` to one side of a join or source of a pipeline.
+def batch_context(target: Maintained, input_name: str, delta: pa.Table | pa.RecordBatch,
+                  *, recompute_unavailable: str | None = None) -> BatchContext:
+    """The rule's input for applying ``delta`` to one input of ``target``.
 
     ``batch_rows`` counts the delta's rows as given (before consolidation: deciding must
-    not read it).
+    not read it).  ``recompute_unavailable``: why the executor has no recompute path for
+    this target (None: it has one).
     """
+    if input_name not in target.inputs:
+        raise PlannerError(f"{input_name!r} is not an input of {target.kind} {target.name!r}; "
+                           f"its inputs: {list(target.inputs)}")
     n = delta.num_rows
-    inc = recorded(target, side_or_source, "incremental")
-    if isinstance(target, joinstate.Join):
-        if side_or_source not in ("left", "right"):
-            raise PlannerError(f"side={side_or_source!r} must be 'left' or 'right' for join "
-                               f"{target.name!r}")
-        side: joinstate.SideName = "left" if side_or_source == "left" else "right"
-        return BatchContext(
-            f"join {target.name!r}, {side} side", batch_rows=n,
-            scanned_rows=scanned_rows(target, side), state_rows=target.rows(side),
-            partners_per_row=partners_per_row(target, side), incremental=inc,
-            recompute=recorded(target, side, "recompute"))
-    if side_or_source not in target.sources:
-        raise PlannerError(f"source={side_or_source!r} is not a source of pipeline "
-                           f"{target.name!r}; its sources: {list(target.sources)}")
+    label = target.input_label(input_name).removeprefix("the ")
+    subject = f"{target.kind} {target.name!r}, {label}"
+    inc = recorded(target, input_name, "incremental")
+    if recompute_unavailable is not None:
+        return BatchContext(subject, batch_rows=n, scanned_rows=0, state_rows=0,
+                            incremental=inc, recompute_available=False,
+                            unavailable=recompute_unavailable)
     return BatchContext(
-        f"pipeline {target.name!r}, source {side_or_source!r}", batch_rows=n,
-        scanned_rows=0, state_rows=0, incremental=inc, recompute_available=False,
-        unavailable="pipelines have no recompute path (each operator's state would have "
-                    "to be rebuilt from its inputs' snapshots)")
+        subject, batch_rows=n, scanned_rows=scanned_rows(target, input_name),
+        state_rows=sum(ix.rows for ix in target.written_indexes(input_name)),
+        partners_per_row=partners_per_row(target, input_name), incremental=inc,
+        recompute=recorded(target, input_name, "recompute"))
 
 
-def decide_batch(target: Target, side_or_source: str, delta: pa.Table | pa.RecordBatch
-                 ) -> Decision:
+def decide_batch(target: Maintained, input_name: str, delta: pa.Table | pa.RecordBatch,
+                 *, recompute_unavailable: str | None = None) -> Decision:
     """``incremental`` or ``recompute`` for ``delta``; the Decision carries the figures.
 
     ``figures``: ``batch_rows``, ``state_rows``, ``scanned_rows``, ``incremental_ms``
     and ``recompute_ms`` (the estimates), the per-row costs used and where they come
     from (recorded runs or defaults).  ``reason`` is one printable sentence.
+    ``recompute_unavailable`` as in :func:`batch_context`.
     """
-    return RecomputeRule().apply(batch_context(target, side_or_source, delta))[0]
+    return RecomputeRule().apply(batch_context(
+        target, input_name, delta, recompute_unavailable=recompute_unavailable))[0]

@@ -7,10 +7,10 @@
     plan.get("strategy")          # 'bulk'
     print(plan.explain())         # the decisions as a tree, each with its reason
 
-Entry points: :func:`plan_join` (statistics only), :func:`plan_for_join` (a
-:class:`joinstate.Join`), :func:`plan_pipeline` (a :class:`joinstate.Pipeline`); each
-builds a :class:`~planner.context.PlanContext` and runs :data:`planner.rules.RULES` over
-it in order (:func:`run`).
+Entry points: :func:`plan_join` (statistics only) and :func:`plan_population` (anything
+maintained: a :class:`joinstate.Join` or a :class:`joinstate.Pipeline`, with its inputs'
+statistics); each builds a :class:`~planner.context.PlanContext` and runs
+:data:`planner.rules.RULES` over it in order (:func:`run`).
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
 from planner.rules import RULES
-from planner.shape import context_for_join, join_context, pipeline_context
+from planner.shape import context_of, join_context
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from joinstate import Join, Pipeline
+    from joinstate.maintained import Maintained
     from planner.context import PlanContext, PlannerSettings
     from planner.history import History
     from planner.rule import Decision, Rule
     from planner.stats import SourceStats
 
-__all__ = ["Plan", "join_context", "plan_for_join", "plan_join", "plan_pipeline", "run"]
+__all__ = ["Plan", "join_context", "plan_join", "plan_population", "run"]
 
 _MISSING = object()
 
@@ -194,21 +194,17 @@ def plan_join(left: SourceStats, right: SourceStats, *, name: str = "join",
                             settings=settings, **given))
 
 
-def plan_for_join(join: Join, left: SourceStats, right: SourceStats, *,
-                  history: History | None = None, settings: PlannerSettings | None = None,
-                  **given: Any) -> Plan:
-    """Plan the population of a :class:`joinstate.Join` (its indexes, its store's options)."""
-    return run(context_for_join(join, left, right, history=history, settings=settings,
-                                **given))
+def plan_population(target: Maintained, stats: Mapping[str, SourceStats], *,
+                    history: History | None = None, settings: PlannerSettings | None = None,
+                    **given: Any) -> Plan:
+    """Plan the population of ``target`` whose inputs ``stats`` describe.
 
-
-def plan_pipeline(pipeline: Pipeline, stats: Mapping[str, SourceStats], *,
-                  history: History | None = None, settings: PlannerSettings | None = None,
-                  **given: Any) -> Plan:
-    """Plan the population of a :class:`joinstate.Pipeline` whose ``stats`` sources load.
-
-    ``history`` defaults to nothing recorded; population passes what the store recorded
-    (:func:`planner.history.read_history` of ``pipeline~<name>``).
+    ``stats`` maps input names to their statistics: a join's ``"left"`` and ``"right"``
+    (both needed), a pipeline's sources that load (those left out stay empty).  Index
+    names, layouts and bulk-loadability come from the target, the probe settings from
+    its store (:func:`planner.shape.context_of`).  ``history`` defaults to nothing
+    recorded; population passes what the store recorded for the target's owner
+    (:func:`planner.history.read_history`).  ``given`` fixes choices (see
+    :func:`plan_join`).
     """
-    return run(pipeline_context(pipeline, stats, history=history, settings=settings,
-                                **given))
+    return run(context_of(target, stats, history=history, settings=settings, **given))

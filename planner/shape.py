@@ -1,9 +1,13 @@
-"""Plan contexts from what there is to plan: statistics alone, a join, or a pipeline.
+"""Plan contexts from what there is to plan: statistics alone, or something maintained.
 
-The planner never holds the core's objects: it reads their public views (a join's
-sides and :class:`~joinstate.IndexInfo`, a pipeline's sources and indexes, and the
+The planner never holds the core's objects: it reads their public views (through the
+:class:`~joinstate.maintained.Maintained` protocol: inputs, unique keys, the indexes a
+push to each input writes and probes, as :class:`~joinstate.IndexInfo`; and the
 definition a pipeline records in the store's catalog) and turns them into the plain
-shapes of :mod:`planner.context`.
+shapes of :mod:`planner.context`.  :func:`context_of` is the one entry: a join and a
+pipeline are planned as two kinds of context (a join's has a small and a big side, a
+pipeline's a load order over its sources and a compaction schedule per index), built
+by the builder :data:`BUILDERS` holds for the target's ``kind``.
 
 A pipeline's operator graph is read from its catalog entry (the JSON definition the
 pipeline writes under :func:`joinstate.names.pipeline_spec_key` when it is compiled):
@@ -35,15 +39,15 @@ from planner.errors import PlannerError
 from planner.history import History
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from joinstate import Join, Pipeline, SideName
+    from joinstate.maintained import Maintained
     from planner.stats import SourceStats
 
 SIDES: tuple[SideName, SideName] = ("left", "right")
 
-__all__ = ["GIVEN_KEYS", "context_for_join", "join_context", "pipeline_context",
-           "tracks_degree"]
+__all__ = ["BUILDERS", "GIVEN_KEYS", "context_of", "join_context", "tracks_degree"]
 
 log = logging.getLogger(__name__)
 
@@ -117,38 +121,49 @@ def join_context(
                        settings=settings or PlannerSettings(), given=_given(given))
 
 
-def context_for_join(join: Join, left: SourceStats, right: SourceStats, *,
-                     history: History | None = None, settings: PlannerSettings | None = None,
-                     **given: Any) -> PlanContext:
-    """The context of a :class:`joinstate.Join` with its inputs' statistics.
-
-    Index names, layouts and bulk-loadability come from the join's own indexes; the
-    store's probe mode (if not ``auto``) and probe-cache limit are taken as given.
-    """
-    store = join.store
-    if settings is None:
-        settings = PlannerSettings()
+def _store_settings(target: Maintained, settings: PlannerSettings | None,
+                    given: dict[str, Any]) -> PlannerSettings:
+    """The store's probe-cache limit and memtable size; its probe mode, if fixed, as given."""
+    settings = settings or PlannerSettings()
+    store = target.store
     if store is not None:
         settings = settings.replace(probe_cache_max_rows=store.options.probe_cache_max_rows,
                                     memtable_bytes=store.options.write_buffer_size)
         if store.options.probe != "auto":
             given.setdefault("probe", store.options.probe)
-    sides = {"left": join.left_side, "right": join.right_side}
-    stats = {"left": left, "right": right}
+    return settings
+
+
+def _join_context(join: Join, stats: Mapping[str, SourceStats], *,
+                  history: History | None = None, settings: PlannerSettings | None = None,
+                  **given: Any) -> PlanContext:
+    """The context of a :class:`joinstate.Join` with both sides' statistics.
+
+    Index names, layouts and bulk-loadability come from the join's own indexes; the
+    store's probe mode (if not ``auto``) and probe-cache limit are taken as given.
+    """
+    missing = [s for s in SIDES if s not in stats]
+    unknown = [s for s in stats if s not in SIDES]
+    if missing or unknown:
+        raise PlannerError(f"join {join.name!r} is planned with statistics of both sides "
+                           f"('left', 'right'); got {sorted(stats)}")
+    settings = _store_settings(join, settings, given)
+    stats = dict(stats)
     indexes = []
+    keys = {}
     for side in SIDES:
-        info = join.index(side)
-        sd = sides[side]
-        uk = tuple(sd.unique_key) if sd.unique_key is not None else None
+        info = join.written_indexes(side)[0]
+        keys[side] = join.input_keys(side)[0]
+        uk = join.input_unique_key(side)
         if stats[side].unique_key is None and uk is not None:
             stats[side] = stats[side].replace(unique_key=uk)
         other = "right" if side == "left" else "left"
         indexes.append(IndexShape(
-            info.column_family, side, tuple(sd.key), info.layout, uk,
-            tuple(sd.schema.names), (side,), (other,), (), info.bulk_loadable,
-            info.tracks_degree, info.rows, f"{side} side by {list(sd.key)}"))
-    j = JoinShape(join.name, "left", "right", tuple(sides["left"].key),
-                  tuple(sides["right"].key), join.how, indexes[0].name, indexes[1].name)
+            info.column_family, side, keys[side], info.layout, uk,
+            tuple(join.input_schema(side).names), (side,), (other,), (), info.bulk_loadable,
+            info.tracks_degree, info.rows, f"{side} side by {list(keys[side])}"))
+    j = JoinShape(join.name, "left", "right", keys["left"], keys["right"], join.how,
+                  indexes[0].name, indexes[1].name)
     return PlanContext("join", join.name, stats, (j,), tuple(indexes),
                        history=history or History(join.name), settings=settings,
                        given=_given(given))
@@ -259,9 +274,9 @@ def _shares(setting: bool | Mapping[str, bool], stream: str) -> bool:
     return setting if isinstance(setting, bool) else setting.get(stream, True)
 
 
-def pipeline_context(p: Pipeline, stats: Mapping[str, SourceStats], *,
-                     history: History | None = None, settings: PlannerSettings | None = None,
-                     **given: Any) -> PlanContext:
+def _pipeline_context(p: Pipeline, stats: Mapping[str, SourceStats], *,
+                      history: History | None = None, settings: PlannerSettings | None = None,
+                      **given: Any) -> PlanContext:
     """The context of a :class:`joinstate.Pipeline` whose ``stats`` sources are loaded.
 
     Compiles the pipeline (its indexes exist from then on).  Sources absent from
@@ -276,18 +291,12 @@ def pipeline_context(p: Pipeline, stats: Mapping[str, SourceStats], *,
              else st.replace(unique_key=tuple(p.source_unique_key(s) or ()))
              for s, st in stats.items()}
     history = history or History(p.name)
-    settings = settings or PlannerSettings()
-    store = p.store
-    if store is not None:
-        settings = settings.replace(probe_cache_max_rows=store.options.probe_cache_max_rows,
-                                    memtable_bytes=store.options.write_buffer_size)
-        if store.options.probe != "auto":
-            given.setdefault("probe", store.options.probe)
+    settings = _store_settings(p, settings, given)
     infos = {ix.column_family: ix for ix in p.indexes()}
     written: dict[str, list[str]] = {cf: [] for cf in infos}
     read: dict[str, list[str]] = {cf: [] for cf in infos}
     for s in p.sources:
-        for ix in p.source_indexes(s):
+        for ix in p.written_indexes(s):
             written.setdefault(ix.column_family, []).append(s)
         for ix in p.probed_indexes(s):
             read.setdefault(ix.column_family, []).append(s)
@@ -388,3 +397,25 @@ def pipeline_context(p: Pipeline, stats: Mapping[str, SourceStats], *,
     return PlanContext(
         "pipeline", p.name, dict(stats), tuple(joins), tuple(indexes), share_groups,
         p.share_indexes, streams, stream_rows, rows_from, history, settings, _given(given))
+
+
+BUILDERS: dict[str, Callable[..., PlanContext]] = {
+    "join": _join_context,
+    "pipeline": _pipeline_context,
+}
+"""The context builder of each kind of maintained target (its ``kind``)."""
+
+
+def context_of(target: Maintained, stats: Mapping[str, SourceStats], *,
+               history: History | None = None, settings: PlannerSettings | None = None,
+               **given: Any) -> PlanContext:
+    """The plan context of ``target`` whose inputs ``stats`` describe (by input name).
+
+    ``given`` fixes choices (:data:`GIVEN_KEYS`).  A pipeline is compiled first (its
+    indexes exist from then on); inputs absent from its ``stats`` are not loaded.
+    """
+    build = BUILDERS.get(target.kind)
+    if build is None:
+        raise PlannerError(f"{target.name!r}: no plan context for targets of kind "
+                           f"{target.kind!r} (kinds: {sorted(BUILDERS)})")
+    return build(target, stats, history=history, settings=settings, **given)

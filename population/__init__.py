@@ -1,12 +1,15 @@
-"""population: the initial load of a join's state, with asymmetry-aware RocksDB control.
+"""population: the initial load of a join's or a pipeline's state, asymmetry-aware.
 
     import population
     report = population.populate(join, left=customers, right=sales, strategy="asymmetric")
+    report = population.populate(pipeline, sources={"customer": c, "store_sales": s})
     print(report.summary())
 
-See :func:`populate` for the arguments, :class:`Strategy` for what a strategy decides,
-and :class:`Report` for what is measured.  An interrupted population (a crash, an
-exception) resumes with ``populate(..., resume=True)``: see :mod:`population.resume`.
+One driver loads anything maintained (:class:`joinstate.maintained.Maintained`).  See
+:func:`populate` for the arguments, :class:`Strategy` for what a strategy decides, and
+:class:`Report` / :class:`PipelineReport` for what is measured.  An interrupted
+population (a crash, an exception) resumes with ``populate(..., resume=True)``: see
+:mod:`population.resume`.
 ``python -m population --help`` is the CLI.
 
 Live changes: :func:`apply` applies one change batch either incrementally (a push) or
@@ -17,8 +20,7 @@ by recomputing its output from the sides' snapshots, as the planner decides
 from population.apply import ApplyReport, apply, apply_batch
 from population.driver import ORDERS, populate
 from population.errors import BulkLoadRefused, PopulationError, PopulationInterruptedError
-from population.pipeline import PipelineReport, populate_pipeline
-from population.report import Report, SideReport
+from population.report import PipelineReport, Report, SideReport, SourceLoad
 from population.resume import Marker, OutputBatch, completed, interrupted, markers
 from population.strategy import Strategy, preset
 
@@ -33,6 +35,7 @@ __all__ = [
     "PopulationInterruptedError",
     "Report",
     "SideReport",
+    "SourceLoad",
     "Strategy",
     "apply",
     "apply_batch",
@@ -40,6 +43,5 @@ __all__ = [
     "interrupted",
     "markers",
     "populate",
-    "populate_pipeline",
     "preset",
 ]

@@ -7,15 +7,17 @@
 
 ``strategy="auto"`` asks the planner (:func:`planner.batch.decide_batch`), which
 compares the estimated cost of both paths from the batch's rows, the rows stored, and
-the costs measured on earlier batches; ``"incremental"`` is the join's push
-(:meth:`joinstate.Join.push`), ``"recompute"`` the snapshot path
-(:func:`population.recompute.recompute`).  Both give the same output and state.  After
-every apply that did work the measured wall time is recorded for the planner
-(:func:`planner.batch.record_batch`: one small metadata write), so later decisions use
-measured costs; a replayed ``commit_id`` and a failed apply record nothing.
+the costs measured on earlier batches; ``"incremental"`` is the target's push
+(:meth:`joinstate.maintained.Maintained.push_change`), ``"recompute"`` the snapshot
+path (:func:`population.recompute.recompute_change`).  Both give the same output and
+state.  After every apply that did work the measured wall time is recorded for the
+planner (:func:`planner.batch.record_batch`: one small metadata write), so later
+decisions use measured costs; a replayed ``commit_id`` and a failed apply record
+nothing.
 
-Pipelines have only the incremental path so far: ``"auto"`` decides ``incremental``
-(the decision says why) and ``"recompute"`` raises :class:`PopulationError`.
+A target without a recompute path (:func:`population.recompute.unavailable`: pipelines,
+so far) is decided ``incremental`` by ``"auto"`` (the decision says why) and refuses
+``"recompute"`` with :class:`PopulationError`.
 """
 
 from __future__ import annotations
@@ -24,17 +26,19 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
-import joinstate
 from planner.batch import batch_context, record_batch, scanned_rows
 from planner.rule import Decision
 from planner.rules.recompute import RecomputeRule
+from population.driver import face_of
 from population.errors import PopulationError
-from population.recompute import recompute
+from population.recompute import recompute_change, unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import pyarrow as pa
+
+    from joinstate.maintained import Maintained
 
 __all__ = ["ApplyReport", "ApplyStrategy", "apply", "apply_batch"]
 
@@ -69,9 +73,8 @@ class ApplyReport:
 
 
 def apply(
-    target: joinstate.Join | joinstate.Pipeline, side_or_source: str,
-    delta: pa.Table | pa.RecordBatch, *, strategy: ApplyStrategy = "auto",
-    commit_id: str | None = None,
+    target: Maintained, side_or_source: str, delta: pa.Table | pa.RecordBatch, *,
+    strategy: ApplyStrategy = "auto", commit_id: str | None = None,
 ) -> pa.Table | dict[str, pa.Table]:
     """Apply ``delta`` to a join side or pipeline source; return the output change set.
 
@@ -82,9 +85,8 @@ def apply(
 
 
 def apply_batch(
-    target: joinstate.Join | joinstate.Pipeline, side_or_source: str,
-    delta: pa.Table | pa.RecordBatch, *, strategy: ApplyStrategy = "auto",
-    commit_id: str | None = None,
+    target: Maintained, side_or_source: str, delta: pa.Table | pa.RecordBatch, *,
+    strategy: ApplyStrategy = "auto", commit_id: str | None = None,
 ) -> ApplyReport:
     """Apply ``delta`` to ``side_or_source`` of ``target`` the way ``strategy`` says.
 
@@ -98,11 +100,9 @@ def apply_batch(
     """
     if strategy not in _STRATEGIES:
         raise PopulationError(f"strategy={strategy!r} must be one of {_STRATEGIES}")
-    if not isinstance(target, joinstate.Join | joinstate.Pipeline):
-        raise PopulationError(
-            f"target must be a joinstate.Join or joinstate.Pipeline, got {type(target).__name__}"
-        )
-    context = batch_context(target, side_or_source, delta)
+    face = face_of(target)
+    context = batch_context(target, side_or_source, delta,
+                            recompute_unavailable=unavailable(target))
     planned = RecomputeRule().apply(context)[0]
     if strategy == "auto":
         decision, chosen = planned, str(planned.choice)
@@ -119,17 +119,12 @@ def apply_batch(
     replayed = commit_id is not None and target.committed(commit_id)
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    if isinstance(target, joinstate.Join):
-        side: joinstate.SideName = "left" if side_or_source == "left" else "right"
-        scanned = scanned_rows(target, side) if chosen == "recompute" else 0
-        out: pa.Table | dict[str, pa.Table] = (
-            recompute(target, side, delta, commit_id=commit_id, timings=phases)
-            if chosen == "recompute" else target.push(side, delta, commit_id=commit_id))
-    else:
-        scanned = 0
-        out = target.push(side_or_source, delta, commit_id=commit_id)
+    scanned = scanned_rows(target, side_or_source) if chosen == "recompute" else 0
+    outs = (recompute_change(target, side_or_source, delta, commit_id=commit_id,
+                             timings=phases) if chosen == "recompute"
+            else target.push_change(side_or_source, delta, commit_id=commit_id))
     ms = (time.perf_counter() - t0) * 1e3
     if not replayed and context.batch_rows:
         record_batch(target, side_or_source, chosen, context.batch_rows, scanned, ms,
                      phases.get("scan_ms", 0.0))
-    return ApplyReport(out, chosen, decision, ms, replayed, phases)
+    return ApplyReport(face.value(target, outs), chosen, decision, ms, replayed, phases)

@@ -28,37 +28,74 @@ not chosen: it costs in proportion to the side (every row rewritten, ~0.6 µs pe
 write an SST file on the development VM, plus sorting) on every batch, while the
 difference costs in proportion to the batch and leaves the same logical state.
 
-Checked arithmetic: weights are int64.  Sums and products that could leave the range
-(any magnitude near 2**53 in a sum, 2**62 in a product) are not computed here; the
-batch is handed to the incremental path, whose exact checks raise
-:class:`joinstate.WeightOverflowError` or compute the exact result, as push does.
+What the batch outputs is decided by :class:`joinstate.joinrule.JoinRule`, the rule
+push uses, fed from the snapshots instead of probes.  Its arithmetic is the checked int64
+arithmetic of :mod:`joinstate.zset` (exact, or :class:`joinstate.WeightOverflowError`);
+a batch it refuses is handed to the incremental path, which validates the batch before
+computing anything, so a batch that is also invalid in another way (an over-retraction,
+a repeated unique key) raises what push raises.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from joinstate import WEIGHT, StateClosedError
+from joinstate import WEIGHT, StateClosedError, WeightOverflowError
+from joinstate.joinrule import Crossings, Entries
+from joinstate.zset import checked_add, checked_sum_by
+from population.errors import PopulationError
 
 if TYPE_CHECKING:
-    import joinstate
+    from collections.abc import Callable
 
-__all__ = ["output_from_scans", "recompute"]
+    import joinstate
+    from joinstate.maintained import Maintained
+
+__all__ = ["output_from_scans", "recompute", "recompute_change", "unavailable"]
 
 log = logging.getLogger(__name__)
 
-_SUM_SAFE = float(2**53)  # float64 sums of integers are exact while every partial sum is
-_MUL_SAFE = float(2**62)  # below this bound no int64 product or sum of two can wrap
+
+def _join_change(target: Maintained, input_name: str, delta: pa.Table | pa.RecordBatch, *,
+                 commit_id: str | None, timings: dict[str, float] | None
+                 ) -> dict[str, pa.Table]:
+    join = cast("joinstate.Join", target)  # the "join" entry of RECOMPUTE
+    side: joinstate.SideName = "left" if input_name == "left" else "right"
+    return {join.name: recompute(join, side, delta, commit_id=commit_id, timings=timings)}
 
 
-class _Fallback(Exception):
-    """A weight too large for the vectorised arithmetic here: use the incremental path."""
+RECOMPUTE: dict[str, Callable[..., dict[str, pa.Table]]] = {"join": _join_change}
+"""The recompute path of each kind of maintained target (``target.kind``)."""
+
+
+def unavailable(target: Maintained) -> str | None:
+    """Why ``target`` has no recompute path (None: it has one)."""
+    if target.kind in RECOMPUTE:
+        return None
+    return (f"{target.kind}s have no recompute path (each operator's state would have to be "
+            "rebuilt from its inputs' snapshots)")
+
+
+def recompute_change(target: Maintained, input_name: str, delta: pa.Table | pa.RecordBatch,
+                     *, commit_id: str | None = None, timings: dict[str, float] | None = None
+                     ) -> dict[str, pa.Table]:
+    """The recompute path for any target that has one: ``{output: change set}``.
+
+    Same result as ``target.push_change(input_name, delta, commit_id=commit_id)`` (see
+    :func:`recompute` for a join).  Raises :class:`~population.PopulationError` for a
+    target without one (:func:`unavailable` says why).
+    """
+    why = unavailable(target)
+    if why is not None:
+        raise PopulationError(f"{target.kind} {target.name!r}: {why}")
+    return RECOMPUTE[target.kind](target, input_name, delta, commit_id=commit_id,
+                                  timings=timings)
 
 
 def recompute(
@@ -97,9 +134,9 @@ def recompute(
         clock["scan_ms"] = (t1 - t0) * 1e3
         try:
             out = output_from_scans(join, side, join.scan(side, batch), own, theirs)
-        except _Fallback:
-            log.info("join %r, %s side: weights near the int64 limits; applying the batch "
-                     "incrementally (exact checks)", join.name, side)
+        except WeightOverflowError:
+            log.info("join %r, %s side: a weight beyond int64; applying the batch "
+                     "incrementally, which validates it first", join.name, side)
             return join.apply(side, batch, commit_id=commit_id)
         t2 = time.perf_counter()
         clock["compute_ms"] = (t2 - t1) * 1e3
@@ -116,81 +153,57 @@ def output_from_scans(
 
     ``batch``: the consolidated batch (``join.scan(side, prepared)``); ``own``: every
     entry of ``side`` before the batch, needed only when the side tracks degrees (None
-    otherwise); ``other``: every entry of the other side.  Raises :class:`_Fallback` when
-    a weight is too large for the checked arithmetic here.
+    otherwise); ``other``: every entry of the other side.  Raises
+    :class:`joinstate.WeightOverflowError` when a weight or degree leaves int64.
     """
-    how = join.how
-    is_left = side == "left"
+    pos = 0 if side == "left" else 1
     keys = _column(batch, "_key")
     kset = pc.unique(keys.drop_null())
     n_keys = len(kset)
-    g_batch = _group_ids(keys, kset)
+    group = _group_ids(keys, kset)
     w_batch = _weights(batch)
     g_other = _group_ids(_column(other, "_key"), kset)
     hit = np.flatnonzero(g_other >= 0)  # entries of the other side at the batch's keys
     hit, w_hit = _merge_entries(other, hit, _weights(other)[hit])
-    g_hit = g_other[hit]
-    mine = _side_columns(batch, join.left_side if is_left else join.right_side)
-    theirs = _side_columns(other, join.right_side if is_left else join.left_side)
-    parts: list[pa.Table] = []
-
-    def orient(m: pa.Table | None, o: pa.Table | None, w: np.ndarray) -> pa.Table:
-        return _assemble(join, m, o, w) if is_left else _assemble(join, o, m, w)
-
-    crossing: tuple[np.ndarray, np.ndarray] | None = None
+    sides = (join.left_side, join.right_side)
+    crossings = None
     if own is not None:  # this side's degree per batch key, before and after the batch
-        deg_old = _sum_by(_group_ids(_column(own, "_key"), kset), _weights(own), n_keys)
-        deg_new = _add(deg_old, _sum_by(g_batch, w_batch, n_keys))
-        crossing = ((deg_old == 0) & (deg_new > 0), (deg_old > 0) & (deg_new == 0))
-
-    if how in ("left_semi", "left_anti"):
-        if is_left:
-            other_deg = _sum_by(g_hit, w_hit, n_keys)
-            matched = np.zeros(len(w_batch), dtype=bool)
-            nn = g_batch >= 0
-            matched[nn] = other_deg[g_batch[nn]] > 0
-            keep = np.flatnonzero(matched if how == "left_semi" else ~matched)
-            if len(keep):
-                parts.append(_assemble(join, _take(mine, keep), None, w_batch[keep]))
-        elif crossing is not None:
-            parts += _transitions(join, crossing, g_hit, w_hit, hit, theirs,
-                                  sign=1 if how == "left_semi" else -1, other_is_left=True)
-        return _concat(parts, join.output_schema)
-
-    ri, ei = _pairs(g_batch, g_hit, n_keys)
-    if len(ri):
-        parts.append(orient(_take(mine, ri), _take(theirs, hit[ei]),
-                            _mul(w_batch[ri], w_hit[ei])))
-    mine_preserved = how == "full" or how == ("left" if is_left else "right")
-    theirs_preserved = how == "full" or how == ("right" if is_left else "left")
-    if mine_preserved:
-        has_partner = np.zeros(n_keys + 1, dtype=bool)  # slot n_keys: NULL keys
-        has_partner[g_hit] = True  # stored weights are positive: an entry is a partner
-        lone = np.flatnonzero(~has_partner[np.where(g_batch < 0, n_keys, g_batch)])
-        if len(lone):
-            parts.append(orient(_take(mine, lone), None, w_batch[lone]))
-    if theirs_preserved and crossing is not None:
-        parts += _transitions(join, crossing, g_hit, w_hit, hit, theirs, sign=-1,
-                              other_is_left=not is_left)
-    return _concat(parts, join.output_schema)
+        old = _degrees(_group_ids(_column(own, "_key"), kset), _weights(own), n_keys)
+        new = checked_add(old, _degrees(group, w_batch, n_keys), "a key's degree")
+        crossings = Crossings.of(old, new)
+    theirs = _Snapshot(_side_columns(other, sides[1 - pos]), hit, w_hit, g_other[hit], n_keys)
+    parts = join.rule.push(pos, _side_columns(batch, sides[pos]), w_batch, group, n_keys,
+                           theirs, crossings)
+    return join.rule.table(parts)
 
 
-def _transitions(
-    join: joinstate.Join, crossing: tuple[np.ndarray, np.ndarray], g_hit: np.ndarray,
-    w_hit: np.ndarray, hit: np.ndarray, theirs: pa.Table, sign: int, other_is_left: bool,
-) -> list[pa.Table]:
-    """The other side's rows at keys whose degree on this side crossed zero.
+class _Snapshot:
+    """The other side's entries at the batch's keys, from its snapshot.
 
-    ``sign`` is their weight's sign for a 0 -> >0 crossing (the opposite for >0 -> 0):
-    -1 retracts a null-extended row that now has a partner, +1 emits a semi-join match.
+    The join rule's :class:`~joinstate.joinrule.OtherSide`: the entries are located
+    already (``hit``, merged); their rows are taken only if the rule asks for rows (a
+    semi join's left push needs the degrees alone).
     """
-    up, down = crossing
-    sel = np.flatnonzero(up[g_hit] | down[g_hit])
-    if not len(sel):
-        return []
-    w = w_hit[sel] * np.where(up[g_hit[sel]], sign, -sign)
-    rows = _take(theirs, hit[sel])
-    return [_assemble(join, rows, None, w) if other_is_left else _assemble(join, None, rows, w)]
+
+    __slots__ = ("_entries", "_groups", "_hit", "_n_keys", "_table", "_w")
+
+    def __init__(self, table: pa.Table, hit: np.ndarray, w: np.ndarray, groups: np.ndarray,
+                 n_keys: int) -> None:
+        self._table, self._hit, self._w, self._groups = table, hit, w, groups
+        self._n_keys = n_keys
+        self._entries: Entries | None = None
+
+    def entries(self) -> Entries:
+        if self._entries is None:
+            rows = self._table.take(pa.array(self._hit, pa.int64()))
+            self._entries = Entries(rows, self._w, self._groups)
+        return self._entries
+
+    def degrees(self) -> np.ndarray:
+        return checked_sum_by(self._groups, self._w, self._n_keys, "a key's degree")
+
+    def entries_at(self, groups: np.ndarray) -> Entries:
+        return self.entries()
 
 
 # ---- vectorised helpers ------------------------------------------------------------------
@@ -217,36 +230,6 @@ def _side_columns(table: pa.Table, side: joinstate.Side) -> pa.Table:
     return table.select(list(side.schema.names))
 
 
-def _take(table: pa.Table, idx: np.ndarray) -> pa.Table:
-    return table.take(pa.array(idx, pa.int64()))
-
-
-def _sum_by(g: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of ``w`` per group ``g`` (>= 0); _Fallback if they could be inexact."""
-    valid = g >= 0
-    g, w = g[valid], w[valid]
-    if not len(g):
-        return np.zeros(n, np.int64)
-    if float(np.bincount(g, weights=np.abs(w.astype(np.float64)), minlength=n).max()) \
-            >= _SUM_SAFE:
-        raise _Fallback
-    return np.bincount(g, weights=w.astype(np.float64), minlength=n).astype(np.int64)
-
-
-def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if len(a) and max(float(np.abs(a.astype(np.float64)).max()),
-                      float(np.abs(b.astype(np.float64)).max())) >= _MUL_SAFE:
-        raise _Fallback
-    return a + b
-
-
-def _mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if len(a) and float((np.abs(a.astype(np.float64)) * np.abs(b.astype(np.float64))).max()) \
-            >= _MUL_SAFE:
-        raise _Fallback
-    return a * b
-
-
 def _merge_entries(table: pa.Table, idx: np.ndarray, w: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
     """One entry per distinct row among ``table``'s entries ``idx``, weights summed.
@@ -264,40 +247,10 @@ def _merge_entries(table: pa.Table, idx: np.ndarray, w: np.ndarray
     g = _group_ids(rows, distinct)
     first = np.full(len(distinct), len(idx), dtype=np.int64)
     np.minimum.at(first, g, np.arange(len(idx), dtype=np.int64))
-    return idx[first], _sum_by(g, w, len(distinct))
+    return idx[first], checked_sum_by(g, w, len(distinct), "the multiplicity of a row")
 
 
-def _pairs(g_rows: np.ndarray, g_entries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every (row, entry) pair with one group (rows with group -1 pair with nothing)."""
-    order = np.argsort(g_entries, kind="stable")
-    counts = np.bincount(g_entries, minlength=n).astype(np.int64)
-    starts = np.cumsum(counts) - counts
-    rows = np.flatnonzero(g_rows >= 0)
-    g = g_rows[rows]
-    c = counts[g]
-    total = int(c.sum())
-    first_out = np.cumsum(c) - c
-    pos = np.repeat(starts[g] - first_out, c) + np.arange(total, dtype=np.int64)
-    return np.repeat(rows, c), order[pos]
-
-
-def _assemble(join: joinstate.Join, left: pa.Table | None, right: pa.Table | None,
-              w: np.ndarray) -> pa.Table:
-    """Output rows in the join's output schema; a missing side is null-extended."""
-    n = len(w)
-    cols: list[pa.Array] = []
-    sides = ((left, join.left_side), (right, join.right_side))
-    for part, decl in sides[:1] if join.how in ("left_semi", "left_anti") else sides:
-        if part is None:
-            cols += [pa.nulls(n, f.type) for f in decl.schema]
-        else:
-            cols += [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-                     for c in part.columns]
-    cols.append(pa.array(w, pa.int64()))
-    return pa.Table.from_arrays(cols, schema=join.output_schema)
-
-
-def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    if not parts:
-        return schema.empty_table()
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+def _degrees(g: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """Total weight per key group ``g`` (-1, a NULL or absent key, counts nowhere)."""
+    valid = g >= 0
+    return checked_sum_by(g[valid], w[valid], n, "a key's degree")

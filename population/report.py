@@ -1,7 +1,10 @@
-"""The population report: what was loaded, how long it took, and what RocksDB did meanwhile.
+"""The population reports: what was loaded, how long it took, what RocksDB did meanwhile.
 
-Frozen and JSON-serialisable, so a benchmark can keep it and a planner can learn from
-the statistics of earlier runs.
+One population run measures the same things whatever it loads; a join's report shows
+them per side (:class:`Report`, with :class:`SideReport`), a pipeline's per source,
+operator and index (:class:`PipelineReport`, with :class:`SourceLoad`).  JSON-
+serialisable, so a benchmark can keep them and a planner can learn from the statistics
+of earlier runs.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Report", "SideReport"]
+__all__ = ["PipelineReport", "Report", "SideReport", "SourceLoad"]
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,85 @@ class Report:
             f"{max(self.l0_max.values(), default=0)}, state {self.state_bytes / mib:,.1f} MiB, "
             f"peak RSS {self.peak_rss / mib:,.0f} MiB"
         )
+        if self.explain:
+            lines += ["  " + line for line in self.explain.splitlines()]
+        return "\n".join(lines)
+
+
+@dataclass
+class SourceLoad:
+    """What loading one pipeline source took (this call)."""
+
+    name: str
+    rows: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    skipped_batches: int = 0
+
+    @property
+    def rows_per_second(self) -> float:
+        """Input rows per second of this source's pushes."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class PipelineReport:
+    """What :func:`population.populate` measured loading a pipeline.
+
+    ``strategy``: the one that ran (``auto-><name>`` when the planner chose it);
+    ``order``: the sources in load order; per source, operator (rows of change produced)
+    and index (rows, entries after the load); the compaction ``actions``; rows of change
+    per output; ``redelivered``: per source whose batches a resumed call pushed again,
+    the first batch index whose output it delivered again.
+    """
+
+    pipeline: str
+    strategy: str
+    order: list[str]
+    seconds: float = 0.0
+    sources: list[SourceLoad] = field(default_factory=list)
+    operators: dict[str, int] = field(default_factory=dict)
+    indexes: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    output_rows: dict[str, int] = field(default_factory=dict)
+    peak_rss_bytes: int = 0
+    redelivered: dict[str, int] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    """The planner's plan of this population (every decision, reason and figures)."""
+    explain: str = ""
+    """The plan as a readable tree (:meth:`summary` ends with it)."""
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """What RocksDB looked like during the load, over time: ``{"t", "source", "rows",
+    "stall_micros", "l0", "pending", "bytes"}`` per sample (see
+    :class:`population.sampling.Sampler`)."""
+
+    @property
+    def rows(self) -> int:
+        """Input rows loaded by this call."""
+        return sum(s.rows for s in self.sources)
+
+    @property
+    def rows_per_second(self) -> float:
+        """Input rows per second over the whole call."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (for benchmark results)."""
+        d = dataclasses.asdict(self)
+        d["rows"] = self.rows
+        d["rows_per_second"] = round(self.rows_per_second, 1)
+        for s, src in zip(d["sources"], self.sources, strict=True):
+            s["rows_per_second"] = round(src.rows_per_second, 1)
+        return d
+
+    def summary(self) -> str:
+        """A few readable lines."""
+        lines = [f"pipeline {self.pipeline!r}: {self.rows:,} rows in {self.seconds:.2f} s "
+                 f"({self.rows_per_second:,.0f} rows/s), strategy {self.strategy}"]
+        for s in self.sources:
+            lines.append(f"  {s.name}: {s.rows:,} rows, {s.batches} pushes, {s.seconds:.2f} s")
+        for op, n in self.operators.items():
+            lines.append(f"  {op}: {n:,} rows of change")
         if self.explain:
             lines += ["  " + line for line in self.explain.splitlines()]
         return "\n".join(lines)

@@ -156,21 +156,24 @@ def fixed_choices(strategy: Strategy) -> dict[str, Any]:
             "memtables": {"small": strategy.small_memtable, "big": strategy.big_memtable}}
 
 
-def from_plan(plan: Plan, join: str) -> Strategy:
-    """The strategy the planner decided for ``join`` (its strategy, memtables, policy).
+def from_plan(plan: Plan, subject: str) -> Strategy:
+    """The strategy the planner decided for ``subject`` (a join's or a pipeline's name).
 
-    The reason is the strategy decision's, so a report says why it was chosen.
+    Its name, and for a join its small and big memtables and compaction policy (a
+    pipeline's plan has no small side, and a schedule per index instead of one policy:
+    the Strategy then names the strategy's policy).  The reason is the strategy
+    decision's, so a report says why it was chosen.
     """
-    name = plan.get("strategy", join)
-    small = plan.get("small_side", join)
+    name = plan.get("strategy", subject)
+    small = plan.get("small_side", subject, None)
     memtables: dict[str, Memtable | None] = {"small": None, "big": None}
     if small is not None:
         big = "right" if small == "left" else "left"
         memtables = {"small": plan.get("memtable", plan.side_index(small), None),
                      "big": plan.get("memtable", plan.side_index(big), None)}
-    decision = plan.decision("strategy", join)
+    decision = plan.decision("strategy", subject)
     return Strategy(
-        name, compaction=plan.get("compaction", join), small_memtable=memtables["small"],
-        big_memtable=memtables["big"], bulk=name == "bulk",
+        name, compaction=plan.get("compaction", subject, POLICY_OF.get(name, "rocksdb")),
+        small_memtable=memtables["small"], big_memtable=memtables["big"], bulk=name == "bulk",
         reason=decision.reason if decision is not None else "",
     )

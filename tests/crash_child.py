@@ -38,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 import joinstate
+import joinstate.intents
 import population
 from population import synthetic as syn
 from population.bulk import SstIngester
@@ -99,7 +100,7 @@ def main(spec: dict[str, Any]) -> int:
     killer.wrap(joinstate.Transaction, "commit", "commit-before", "commit")
     killer.wrap(SstIngester, "ingest", "ingest", "ingest-after")
     killer.wrap(joinstate.StateStore, "ingest_durably", "durable", None)
-    killer.wrap(joinstate.StateStore, "_complete_ingest", "intent", None)
+    killer.wrap(joinstate.intents, "_complete_ingest", "intent", None)
     killer.wrap(joinstate.StateStore, "ingest", None, "cf-ingest")
     killer.wrap(joinstate.Join, "go_live", "go-live", None)
     out = Path(spec["out"])

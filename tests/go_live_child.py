@@ -37,14 +37,13 @@ JOIN_RIGHT = joinstate.Side(SS, key=["sk"])
 
 def build(store: joinstate.StateStore) -> joinstate.Pipeline:
     """Two unique-key sources (a second load of them is a unique-key violation)."""
-    p = joinstate.Pipeline(store, "golive")
-    c = p.source("customer", CS, unique_key="ck")
-    d = p.source("date_dim", DS, unique_key="dk")
-    s = p.source("sales", SS)
+    c = joinstate.source("customer", CS, unique_key="ck")
+    d = joinstate.source("date_dim", DS, unique_key="dk")
+    s = joinstate.source("sales", SS)
     per_year = (s.join(c, on=("sk", "ck")).join(d, on=("dsk", "dk"))
                 .group_by(["name", "yr"]).aggregate(total=("sum", "amt"), n=("count", None)))
-    p.output("per_year", per_year, materialize=True)
-    return p
+    graph = joinstate.Graph().output("per_year", per_year, materialize=True)
+    return joinstate.Pipeline(store, "golive", graph)
 
 
 def rows(t: pa.Table) -> list[list[Any]]:

@@ -288,7 +288,7 @@ class Source(Node):
     def describe(self, ref: Mapping[int, str]) -> str:
         uk = f", unique_key={self.unique_key}" if self.unique_key else ""
         cols = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
-        return f"p.source({self.name!r}, schema=[{cols}]{uk})"
+        return f"js.source({self.name!r}, schema=[{cols}]{uk})"
 
 
 def _on_pairs(on: Any) -> list[tuple[str, str]]:
@@ -463,7 +463,7 @@ class JoinAll(Node):
 
     def describe(self, ref: Mapping[int, str]) -> str:
         legs = ", ".join(f"{leg!r}: {ref[n.nid]}" for leg, n in self.legs.items())
-        return f"p.join_all({{{legs}}}, on={self.on!r})"
+        return f"js.join_all({{{legs}}}, on={self.on!r})"
 
 
 def topo(outputs: Mapping[str, Node]) -> list[Node]:
@@ -495,29 +495,34 @@ def describe(outputs: Mapping[str, Node]) -> str:
     for i, n in enumerate(topo(outputs)):
         ref[n.nid] = f"n{i}"
         lines.append(f"n{i} = {n.describe(ref)}  # {n.schema.names}")  # type: ignore[attr-defined]
-    lines += [f"p.output({name!r}, {ref[n.nid]})" for name, n in outputs.items()]
+    lines += [f"graph = graph.output({name!r}, {ref[n.nid]})" for name, n in outputs.items()]
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- building
 
 
-def build_pipeline(store: Any, name: str, outputs: Mapping[str, Node], **kwargs: Any) -> Any:
-    """Build the described pipeline through the public ``joinstate.Pipeline`` API."""
-    p = joinstate.Pipeline(store, name, **kwargs)  # type: ignore[attr-defined]
+def build_graph(outputs: Mapping[str, Node]) -> joinstate.Graph:
+    """The described pipeline's graph, built through the public ``joinstate`` API."""
     streams: dict[int, Any] = {}
     for n in topo(outputs):
-        streams[n.nid] = _build_node(p, n, streams)
+        streams[n.nid] = _build_node(n, streams)
+    graph = joinstate.Graph()
     for out, n in outputs.items():
-        p.output(out, streams[n.nid])
-    return p
+        graph = graph.output(out, streams[n.nid])
+    return graph
 
 
-def _build_node(p: Any, n: Node, s: Mapping[int, Any]) -> Any:
+def build_pipeline(store: Any, name: str, outputs: Mapping[str, Node], **kwargs: Any) -> Any:
+    """The described pipeline: its graph attached to ``store`` as ``name``."""
+    return joinstate.Pipeline(store, name, build_graph(outputs), **kwargs)
+
+
+def _build_node(n: Node, s: Mapping[int, Any]) -> Any:
     if isinstance(n, Source):
         if n.unique_key:
-            return p.source(n.name, schema=n.schema, unique_key=n.unique_key)
-        return p.source(n.name, schema=n.schema)
+            return joinstate.source(n.name, schema=n.schema, unique_key=n.unique_key)
+        return joinstate.source(n.name, schema=n.schema)
     if isinstance(n, Join):
         kw: dict[str, Any] = {"on": n.on, "how": n.how}
         if n.suffixes != ("", "_right"):
@@ -536,7 +541,7 @@ def _build_node(p: Any, n: Node, s: Mapping[int, Any]) -> Any:
                 for name, (fn, arg) in n.aggs.items()}
         return s[n.input.nid].group_by(n.keys).aggregate(**aggs)
     if isinstance(n, JoinAll):
-        return p.join_all({leg: s[x.nid] for leg, x in n.legs.items()}, on=n.on)
+        return joinstate.join_all({leg: s[x.nid] for leg, x in n.legs.items()}, on=n.on)
     msg = f"unknown node {n!r}"
     raise TypeError(msg)
 

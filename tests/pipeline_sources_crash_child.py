@@ -33,16 +33,18 @@ Push = tuple[str, list[tuple[Row, int]], bool]  # source, entries, whether it is
 
 def build(store: joinstate.StateStore) -> joinstate.Pipeline:
     """by_ck (sales alone: no index), names (sales' index keeps ck, amt), total (global)."""
-    p = joinstate.Pipeline(store, "q")
-    sales = p.source("sales", SALES)
-    customers = p.source("customers", CUSTOMERS, unique_key="ck")
-    p.output("by_ck", sales.group_by("ck").aggregate(s=("sum", "amt"), n=("count", None)),
-             materialize=True)
-    p.output("names", sales.join(customers, on="ck").select(["name", "amt"]),
-             materialize=True)
-    p.output("total", sales.group_by([]).aggregate(n=("count", None), s=("sum", "amt")),
-             materialize=True)
-    return p
+    sales = joinstate.source("sales", SALES)
+    customers = joinstate.source("customers", CUSTOMERS, unique_key="ck")
+    graph = (joinstate.Graph()
+             .output("by_ck", sales.group_by("ck").aggregate(s=("sum", "amt"),
+                                                              n=("count", None)),
+                     materialize=True)
+             .output("names", sales.join(customers, on="ck").select(["name", "amt"]),
+                     materialize=True)
+             .output("total", sales.group_by([]).aggregate(n=("count", None),
+                                                            s=("sum", "amt")),
+                     materialize=True))
+    return joinstate.Pipeline(store, "q", graph)
 
 
 def stream(seed: int = 5, pushes: int = 60) -> list[Push]:

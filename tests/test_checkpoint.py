@@ -271,14 +271,14 @@ def test_round_trip_of_a_pipeline(tmp_path: Path) -> None:
     remote = tmp_path / "remote"
 
     def build(store: joinstate.StateStore) -> joinstate.Pipeline:
-        p = joinstate.Pipeline(store, "per_customer")
-        c = p.source("customer", CUSTOMER, unique_key="k")
-        s = p.source("sales", SALES)
+        c = joinstate.source("customer", CUSTOMER, unique_key="k")
+        s = joinstate.source("sales", SALES)
         joined = s.join(c, on="k", suffixes=("", "_c"))
-        p.output("totals", joined.group_by(["name"]).aggregate(
-            total=("sum", "amount"), n=("count", None), top=("max", "amount")))
-        p.output("big", joined.filter(pc.field("amount") > 50).select(["k", "amount"]))
-        return p
+        graph = (joinstate.Graph()
+                 .output("totals", joined.group_by(["name"]).aggregate(
+                     total=("sum", "amount"), n=("count", None), top=("max", "amount")))
+                 .output("big", joined.filter(pc.field("amount") > 50).select(["k", "amount"])))
+        return joinstate.Pipeline(store, "per_customer", graph)
 
     feed = Feed(3)
     batches = list(feed.batches(4))

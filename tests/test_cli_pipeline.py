@@ -33,27 +33,37 @@ THIS = Path(__file__).resolve()
 MODULE = THIS.stem  # importable: pytest puts tests/ on sys.path
 
 
-def define(p: joinstate.Pipeline) -> None:
+def define() -> joinstate.Graph:
     """Orders joined to customers; per customer name the total amount and the count."""
-    customers = p.source("customers", CUSTOMERS, unique_key="c_id")
-    orders = p.source("orders", ORDERS)
+    customers = joinstate.source("customers", CUSTOMERS, unique_key="c_id")
+    orders = joinstate.source("orders", ORDERS)
     joined = orders.join(customers, on=("o_customer", "c_id"))
-    p.output("per_name", joined.group_by(["c_name"]).aggregate(
-        total=("sum", "o_amount"), n=("count", None)))
-    p.output("big", joined.filter(pc.field("o_amount") >= 100).select(["o_id", "c_name"]))
+    return (joinstate.Graph()
+            .output("per_name", joined.group_by(["c_name"]).aggregate(
+                total=("sum", "o_amount"), n=("count", None)))
+            .output("big", joined.filter(pc.field("o_amount") >= 100).select(["o_id", "c_name"])))
 
 
-def define_other(p: joinstate.Pipeline) -> None:
+def define_other() -> joinstate.Graph:
     """Like :func:`define` without the ``big`` output: another definition."""
-    customers = p.source("customers", CUSTOMERS, unique_key="c_id")
-    orders = p.source("orders", ORDERS)
+    customers = joinstate.source("customers", CUSTOMERS, unique_key="c_id")
+    orders = joinstate.source("orders", ORDERS)
     joined = orders.join(customers, on=("o_customer", "c_id"))
-    p.output("per_name", joined.group_by(["c_name"]).aggregate(
+    return joinstate.Graph().output("per_name", joined.group_by(["c_name"]).aggregate(
         total=("sum", "o_amount"), n=("count", None)))
 
 
-def define_raises(p: joinstate.Pipeline) -> None:
+def define_raises() -> joinstate.Graph:
     raise RuntimeError("boom in the definition")
+
+
+def define_on_a_pipeline(p: joinstate.Pipeline) -> None:
+    """A definition written for the old builder API (it took the pipeline to build on)."""
+    p.compile()
+
+
+def define_nothing() -> None:
+    """Returns no graph."""
 
 
 NOT_CALLABLE = 42
@@ -87,8 +97,7 @@ def store(tmp_path: Path) -> Path:
     """A store holding the live pipeline 'shop' (and nothing else)."""
     path = tmp_path / "state"
     with joinstate.StateStore(path) as st:
-        p = joinstate.Pipeline(st, "shop")
-        define(p)
+        p = joinstate.Pipeline(st, "shop", define())
         p.push("customers", customers())
         p.push("orders", orders(), commit_id="initial")
         p.set_phase("live")
@@ -97,7 +106,7 @@ def store(tmp_path: Path) -> Path:
 
 def state_rows(path: Path) -> dict[str, int]:
     with joinstate.StateStore(path, read_only=True) as st:
-        facts = joinstate.Pipeline.describe(st, "shop")
+        facts = joinstate.inspect.describe(st, "shop")
     return {ix["stream"]: ix["rows"] for ix in facts["indexes"]}
 
 
@@ -159,8 +168,7 @@ def test_inspect_shows_joins_and_pipelines_together(store: Path) -> None:
 def test_inspect_shows_a_pipeline_population_in_progress(tmp_path: Path) -> None:
     path = tmp_path / "state"
     with joinstate.StateStore(path) as st:
-        p = joinstate.Pipeline(st, "shop")
-        define(p)
+        p = joinstate.Pipeline(st, "shop", define())
         marker = json.dumps({"batches": 1, "rows": N_CUSTOMERS, "digest": "x",
                              "done": True}).encode()
         p.push("customers", customers(), progress=marker)
@@ -173,8 +181,7 @@ def test_inspect_shows_a_pipeline_population_in_progress(tmp_path: Path) -> None
 
 def test_summaries_are_small_tables(store: Path) -> None:
     with joinstate.StateStore(store) as st:
-        p = joinstate.Pipeline(st, "shop")
-        define(p)
+        p = joinstate.Pipeline(st, "shop", define())
         lines = p.summary().splitlines()
         stats = p.stats()
     assert lines[0] == "pipeline shop (phase live, indexes shared)"
@@ -246,6 +253,8 @@ def test_apply_previews_pipeline_outputs_and_writes_change_rows(store: Path,
     (f"{MODULE}:NOT_CALLABLE", ["'NOT_CALLABLE' is a int", "not a function"]),
     (f"{MODULE}:define_raises", ["raised RuntimeError: boom in the definition"]),
     (f"{MODULE}:define_other", ["does not define the pipeline stored", "created with"]),
+    (f"{MODULE}:define_on_a_pipeline", ["no argument", "return a joinstate.Graph"]),
+    (f"{MODULE}:define_nothing", ["returned NoneType, not a joinstate.Graph"]),
     ("missing_defs.py:define", ["missing_defs.py does not exist"]),
 ])
 def test_bad_pipeline_definitions(store: Path, tmp_path: Path, spec: str,
@@ -300,8 +309,7 @@ def test_locked_store_inspects_and_refuses_apply(store: Path, tmp_path: Path) ->
     changes = tmp_path / "c.parquet"
     pq.write_table(orders().slice(0, 1).set_column(0, "o_id", pa.array([5000])), changes)
     with joinstate.StateStore(store) as held:
-        p = joinstate.Pipeline(held, "shop")
-        define(p)
+        p = joinstate.Pipeline(held, "shop", define())
         p.push("customers", pa.table({"c_id": [99], "c_name": ["w"]}, schema=CUSTOMERS))
         result = run("inspect", store, "--json")
         assert result.exit_code == 0, result.output
@@ -315,8 +323,7 @@ def test_locked_store_inspects_and_refuses_apply(store: Path, tmp_path: Path) ->
 def test_corrupted_store_exits_1_for_inspect_and_apply(tmp_path: Path) -> None:
     path = tmp_path / "state"
     with joinstate.StateStore(path) as st:
-        p = joinstate.Pipeline(st, "shop")
-        define(p)
+        p = joinstate.Pipeline(st, "shop", define())
         p.push("customers", customers())
         n = 20_000
         p.push("orders", pa.table({"o_id": list(range(n)), "o_customer": [i % 25 for i in
@@ -336,7 +343,7 @@ def test_corrupted_store_exits_1_for_inspect_and_apply(tmp_path: Path) -> None:
 def test_apply_help_explains_pipeline() -> None:
     result = run("apply", "--help")
     assert result.exit_code == 0
-    for text in ("--pipeline", "MODULE:FUNCTION", "joinstate.Pipeline",
+    for text in ("--pipeline", "MODULE:FUNCTION", "joinstate.Graph",
                  "--pipeline bench.q4:define_q4", "Examples"):
         assert text in result.output
 
@@ -346,8 +353,7 @@ def test_spark_pipeline_directory_lists_every_stage_and_shard(tmp_path: Path) ->
     for stage in ("stage0", "stage1"):
         for shard in range(2):
             with joinstate.StateStore(tmp_path / stage / f"shard-{shard:05d}") as st:
-                p = joinstate.Pipeline(st, "shop")
-                define(p)
+                p = joinstate.Pipeline(st, "shop", define())
                 p.push("customers", customers().slice(shard * 10, 10))
     (tmp_path / "_spark").mkdir()
     (tmp_path / "_spark" / "pipeline-shop.json").write_text("{}")

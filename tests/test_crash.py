@@ -210,7 +210,7 @@ def test_changed_input_or_arguments_refuse_to_resume(tmp_path: Path, references:
         changed = right.set_column(5, "ss_net_paid", pa.array(
             [v + 1 for v in right.column("ss_net_paid").to_pylist()]))
         with pytest.raises(population.PopulationInterruptedError,
-                           match="right side's input changed"):
+                           match="input of the right side changed"):
             population.populate(join, left, changed, resume=True)
         with pytest.raises(population.PopulationError, match="order='interleaved'"):
             population.populate(join, left, right, order="interleaved", resume=True)

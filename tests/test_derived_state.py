@@ -173,7 +173,7 @@ def test_unique_key_set_absent_built_and_colliding(tmp_path: Path, monkeypatch: 
             join.push("left", batch.slice(1, 1))
         join.push("left", pa.table({"k": [4], "u": [40], "a": ["s"]}))
         # Every hash collides: the set answers "maybe" for all, reads decide.
-        import joinstate.layouts as layouts
+        import joinstate.layouts.unique as layouts
 
         monkeypatch.setattr(layouts, "hash64", lambda data, seed=None: np.zeros(len(data),
                                                                                np.uint64))

@@ -5,7 +5,7 @@
   lives in the top package (``bench.cli``) for that reason.
 * No import circle between modules (imports under ``if TYPE_CHECKING`` excluded: they
   never run).
-* No module imports another top-level package's underscore module (``joinstate._graph``
+* No module imports another top-level package's underscore module (``joinstate._index``
   is the core's own business; other packages use its public names).
 * pyspark is imported only by ``spark_io`` and ``bench``.
 
@@ -25,14 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = ["joinstate", "compaction", "planner", "population", "spark_io", "bench"]
 """Bottom to top: each package may import only the packages before it."""
 PYSPARK_ALLOWED = {"spark_io", "bench"}
-
-PENDING_GRAPH_RENOVATION = {
-    ("planner/rules/probe.py", "joinstate._probe"),
-    ("spark_io/pipeline.py", "joinstate._graph"),
-    ("spark_io/stages.py", "joinstate._graph"),
-}
-"""Underscore-module imports the pipeline graph's renovation removes (then delete this)."""
-
 
 @dataclass(frozen=True)
 class Import:
@@ -177,10 +169,7 @@ def test_no_underscore_module_of_another_package() -> None:
         for package in ORDER for p in sorted((ROOT / package).rglob("*.py"))
         for i in imports(p) if i.top != package and i.top in ORDER and _underscore(i.module)
     }
-    assert sorted(found - PENDING_GRAPH_RENOVATION) == [], (
-        "import the package's public names instead")
-    stale = PENDING_GRAPH_RENOVATION - found
-    assert not stale, f"{sorted(stale)} no longer imported: delete from the pending list"
+    assert sorted(found) == [], "import the package's public names instead"
 
 
 @pytest.mark.parametrize("package", [p for p in ORDER if p not in PYSPARK_ALLOWED])

@@ -204,15 +204,13 @@ def test_union_all(tmp_path: Path) -> None:
     check_stream(tmp_path, outs, seed=12, pushes=14)
 
 
-def test_union_all_mismatch_is_rejected(tmp_path: Path) -> None:
-    with store_at(tmp_path / "db") as store:
-        p = joinstate.Pipeline(store, "u")
-        ls = p.source("L", schema=L.schema)
-        rs = p.source("R", schema=R.schema)
-        with pytest.raises(joinstate.SchemaMismatchError):  # names differ
-            ls.select(["k", "a"]).union_all(rs.select(["k", "s", "v"]))
-        with pytest.raises(joinstate.SchemaMismatchError):  # int64 vs int32
-            ls.select(["v"]).union_all(rs.select({"v": "b"}))
+def test_union_all_mismatch_is_rejected() -> None:
+    ls = joinstate.source("L", schema=L.schema)
+    rs = joinstate.source("R", schema=R.schema)
+    with pytest.raises(joinstate.SchemaMismatchError):  # names differ
+        ls.select(["k", "a"]).union_all(rs.select(["k", "s", "v"]))
+    with pytest.raises(joinstate.SchemaMismatchError):  # int64 vs int32
+        ls.select(["v"]).union_all(rs.select({"v": "b"}))
 
 
 # --------------------------------------------------------------------------- group_by
@@ -445,9 +443,9 @@ def test_reopen_continues(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- bad names
 
 
-def _bad(p: Any) -> list[tuple[str, Callable[[], Any]]]:
-    ls = p.source("L", schema=L.schema)
-    rs = p.source("R", schema=R.schema)
+def _bad() -> list[tuple[str, Callable[[], Any]]]:
+    ls = joinstate.source("L", schema=L.schema)
+    rs = joinstate.source("R", schema=R.schema)
     return [
         ("nope_on", lambda: ls.join(rs, on="nope_on")),
         ("nope_left", lambda: ls.join(rs, on=("nope_left", "k"))),
@@ -459,14 +457,13 @@ def _bad(p: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("nope_with", lambda: ls.with_columns({"x": pc.field("nope_with") + 1})),
         ("nope_key", lambda: ls.group_by(["nope_key"]).aggregate(n=("count", None))),
         ("nope_agg", lambda: ls.group_by(["k"]).aggregate(s=("sum", "nope_agg"))),
-        ("nope_leg", lambda: p.join_all({"x": ls, "y": rs}, on={"x": "k", "y": "nope_leg"})),
+        ("nope_leg", lambda: joinstate.join_all({"x": ls, "y": rs},
+                                                on={"x": "k", "y": "nope_leg"})),
     ]
 
 
 @pytest.mark.parametrize("which", range(11))
-def test_bad_column_name_is_named(tmp_path: Path, which: int) -> None:
-    with store_at(tmp_path / "db") as store:
-        p = joinstate.Pipeline(store, "bad")
-        name, make = _bad(p)[which]
-        with pytest.raises(joinstate.SchemaMismatchError, match=name):
-            p.output("o", make())
+def test_bad_column_name_is_named(which: int) -> None:
+    name, make = _bad()[which]
+    with pytest.raises(joinstate.SchemaMismatchError, match=name):
+        joinstate.Graph().output("o", make())

@@ -170,9 +170,9 @@ def test_drop_then_create_with_another_definition(tmp_path: Path) -> None:
         p = build(store)
         population.populate(p, sources=d, progress=False, batch_rows=700)
         p.push("sales", d["sales"].slice(0, 10), commit_id="c1")
-        keep = joinstate.Pipeline(store, "mini2")  # another pipeline, untouched
-        ks = keep.source("sales", SS)
-        keep.output("n", ks.group_by(["dsk"]).aggregate(n=("count", None)), materialize=True)
+        ks = joinstate.source("sales", SS)  # another pipeline, untouched
+        keep = joinstate.Pipeline(store, "mini2", joinstate.Graph().output(
+            "n", ks.group_by(["dsk"]).aggregate(n=("count", None)), materialize=True))
         keep.push("sales", d["sales"].slice(0, 100))
         kept = keep.read("n")
         families = set(store.column_families())
@@ -182,15 +182,16 @@ def test_drop_then_create_with_another_definition(tmp_path: Path) -> None:
         assert not set(pipeline_column_families(store.column_families(), "mini"))
         assert set(store.column_families()) == families - mine
         assert meta_mentions(store, "mini") == []
-        assert "mini" not in joinstate.Pipeline.stored_names(store)
+        assert "mini" not in joinstate.inspect.stored_names(store)
         assert not [f for f in (store.path / "derived").glob("*")
                     if "mini_" in f.name and "mini2" not in f.name]
         with pytest.raises(joinstate.StateClosedError):
             p.push("sales", d["sales"].slice(0, 1))
         # The name takes another definition; it starts empty, in the population phase.
-        q = joinstate.Pipeline(store, "mini")
-        c = q.source("customer", CS, unique_key="ck")
-        q.output("names", c.group_by(["name"]).aggregate(n=("count", None)), materialize=True)
+        c = joinstate.source("customer", CS, unique_key="ck")
+        graph = joinstate.Graph().output(
+            "names", c.group_by(["name"]).aggregate(n=("count", None)), materialize=True)
+        q = joinstate.Pipeline(store, "mini", graph)
         assert q.phase == "population"
         assert q.read("names").num_rows == 0
         q.push("customer", d["customer"])
@@ -198,7 +199,7 @@ def test_drop_then_create_with_another_definition(tmp_path: Path) -> None:
         assert keep.read("n").equals(kept)
         store.verify()
     with joinstate.StateStore(tmp_path / "s") as store:  # and after a reopen
-        assert sorted(joinstate.Pipeline.stored_names(store)) == ["mini", "mini2"]
+        assert sorted(joinstate.inspect.stored_names(store)) == ["mini", "mini2"]
 
 
 def test_drop_an_interrupted_population_then_populate_again(tmp_path: Path) -> None:
@@ -228,7 +229,7 @@ def test_drop_of_an_unknown_pipeline_or_on_a_read_only_store_is_refused(tmp_path
             pytest.raises(joinstate.StateReadOnlyError, match="drop pipeline 'mini'"):
         ro.drop_pipeline("mini")
     with joinstate.StateStore(tmp_path / "s") as store:
-        assert joinstate.Pipeline.stored_names(store) == ["mini"]
+        assert joinstate.inspect.stored_names(store) == ["mini"]
 
 
 DROP_CHILD = """
@@ -271,7 +272,7 @@ def test_kill_9_during_a_drop_finishes_it_on_reopen(tmp_path: Path, when: str) -
     with joinstate.StateStore(path) as store:
         assert set(store.column_families()) == before - dropped
         assert store.joins() == []
-        assert joinstate.Pipeline.stored_names(store) == []
+        assert joinstate.inspect.stored_names(store) == []
         assert meta_mentions(store, "mini") == []
         assert not [k for k in store.meta_keys(b"") if b"drop\x00" in k or b"j." in k]
         outs: list[pa.Table] = []

@@ -36,12 +36,14 @@ A = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 B = pa.schema([("k", pa.int64()), ("s", pa.string())])
 
 
-def define(p: joinstate.Pipeline) -> None:
-    a = p.source("a", A)
-    b = p.source("b", B)
+def define() -> joinstate.Graph:
+    a = joinstate.source("a", A)
+    b = joinstate.source("b", B)
     joined = a.join(b, on="k").select({"k": "k", "v": "v"})
     totals = joined.group_by("k").aggregate(total=("sum", pc.field("v")), n=("count", None))
-    p.output("totals", totals, materialize=True)
+    graph = joinstate.Graph()
+    graph = graph.output("totals", totals, materialize=True)
+    return graph
 
 
 def delta(schema: pa.Schema, keys: np.ndarray, values: list[Any], w: int = 1) -> pa.Table:
@@ -77,8 +79,7 @@ def test_two_threads_push_two_sources_of_one_pipeline(tmp_path: Path) -> None:
     seen: list[int] = []
     stop = threading.Event()
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "t")
-        define(p)
+        p = joinstate.Pipeline(store, "t", define())
         p.compile()
 
         def push_a() -> None:
@@ -120,8 +121,7 @@ def test_two_threads_push_two_sources_of_one_pipeline(tmp_path: Path) -> None:
         assert as_rows(p.read("totals")) == want
         assert seen == sorted(seen), "a reader saw the output shrink: it saw part of a push"
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "t")
-        define(p)
+        p = joinstate.Pipeline(store, "t", define())
         assert as_rows(p.read("totals")) == want
 
 
@@ -134,8 +134,7 @@ def small_disk(tmp_path: Path) -> Iterator[Tmpfs]:
 def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
     path = small_disk.path / "store"
     store = joinstate.StateStore(path)
-    p = joinstate.Pipeline(store, "d")
-    define(p)
+    p = joinstate.Pipeline(store, "d", define())
     p.push("b", delta(B, np.arange(0, 10**6, 1000), ["y" * 50] * 1000))
     committed: list[tuple[int, int]] = []
     failure: BaseException | None = None
@@ -157,8 +156,7 @@ def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
     small_disk.resize("64m")
     b_rows = [(int(k), "y" * 50) for k in np.arange(0, 10**6, 1000)]
     with joinstate.StateStore(path) as store:
-        p = joinstate.Pipeline(store, "d")
-        define(p)
+        p = joinstate.Pipeline(store, "d", define())
         assert as_rows(p.read("totals")) == expected(committed, b_rows)
         n = len(committed) // 1000
         assert p.committed(f"a{n - 1}")
@@ -172,14 +170,16 @@ def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
 CORRUPT_ROWS = 20_000
 
 
-def define_wide(p: joinstate.Pipeline) -> None:
+def define_wide() -> joinstate.Graph:
     """``a ⋈ b`` on ``k``, b's long strings kept (its index fills SSTs of many blocks), and
     a materialized count per key of ``a`` (small: stays readable when the big files are
     damaged, so it shows whether a failed push changed anything)."""
-    a = p.source("a", A)
-    b = p.source("b", B)
-    p.output("pairs", a.join(b, on="k").select({"k": "k", "v": "v", "s": "s"}))
-    p.output("per_key", a.group_by("k").aggregate(n=("count", None)), materialize=True)
+    a = joinstate.source("a", A)
+    b = joinstate.source("b", B)
+    graph = joinstate.Graph()
+    graph = graph.output("pairs", a.join(b, on="k").select({"k": "k", "v": "v", "s": "s"}))
+    graph = graph.output("per_key", a.group_by("k").aggregate(n=("count", None)), materialize=True)
+    return graph
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +189,7 @@ def pristine_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pristine-pipeline") / "store"
     keys = np.arange(CORRUPT_ROWS)
     with joinstate.StateStore(path) as store:
-        p = joinstate.Pipeline(store, "wide")
-        define_wide(p)
+        p = joinstate.Pipeline(store, "wide", define_wide())
         p.push("b", delta(B, keys, [f"row {i:08d} " + "x" * 80 for i in keys.tolist()]))
         p.push("a", delta(A, keys[:10], list(range(10))))
         store.flush()
@@ -203,8 +202,7 @@ def _open_wide(path: Path) -> tuple[joinstate.StateStore, joinstate.Pipeline] | 
         store = joinstate.StateStore(path)
     except joinstate.StateCorruptedError:
         return None  # refusing to open a damaged store is a right answer too
-    p = joinstate.Pipeline(store, "wide")
-    define_wide(p)
+    p = joinstate.Pipeline(store, "wide", define_wide())
     return store, p
 
 
@@ -234,8 +232,7 @@ def test_flipped_sst_block_fails_a_pipeline_push_and_applies_nothing(
         store = joinstate.StateStore(path, joinstate.StoreOptions(probe=probe))  # type: ignore[arg-type]
     except joinstate.StateCorruptedError:
         return  # refusing to open a damaged store is a right answer too
-    p = joinstate.Pipeline(store, "wide")
-    define_wide(p)
+    p = joinstate.Pipeline(store, "wide", define_wide())
     with store:
         before = p.read("per_key")
         with pytest.raises(joinstate.StateCorruptedError):
@@ -255,8 +252,7 @@ def test_aggregate_count_overflow_applies_nothing(tmp_path: Path) -> None:
     the pipeline goes on from where it was."""
     big = (1 << 62)
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "wide")
-        define_wide(p)
+        p = joinstate.Pipeline(store, "wide", define_wide())
         p.push("b", delta(B, np.array([1]), ["one"]))
         p.push("a", delta(A, np.array([1]), [5], w=big))
         before = p.read("per_key")
@@ -272,8 +268,7 @@ def test_aggregate_count_overflow_applies_nothing(tmp_path: Path) -> None:
 def test_join_output_weight_overflow_applies_nothing(tmp_path: Path) -> None:
     """weight(a row) x weight(b row) past int64 in the join: refused, nothing written."""
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "wide")
-        define_wide(p)
+        p = joinstate.Pipeline(store, "wide", define_wide())
         p.push("b", delta(B, np.array([1]), ["one"], w=1 << 40))
         with pytest.raises(joinstate.WeightOverflowError):
             p.push("a", delta(A, np.array([1]), [5], w=1 << 40))

@@ -28,14 +28,14 @@ TYPES = ["a", "b", "c"]
 
 
 def _pipeline(store: joinstate.StateStore, share: bool) -> joinstate.Pipeline:
-    p = joinstate.Pipeline(store, "f", share_indexes=share)
-    s = p.source("s", SCHEMA)
+    s = joinstate.source("s", SCHEMA)
     legs = {t: s.filter((pc.field("t") == t) & (pc.field("v") >= 0)).select(["k", "v"])
             for t in TYPES}
+    graph = joinstate.Graph()
     for t, leg in legs.items():
-        p.output(f"only_{t}", leg)
-    p.output("all", p.join_all(legs, on="k"))
-    return p
+        graph = graph.output(f"only_{t}", leg)
+    graph = graph.output("all", joinstate.join_all(legs, on="k"))
+    return joinstate.Pipeline(store, "f", graph, share_indexes=share)
 
 
 def _oracle(rows: Counter[tuple[Any, ...]]) -> dict[str, Counter[tuple[Any, ...]]]:
@@ -109,16 +109,14 @@ def test_sibling_filters_and_filtered_legs_match_the_oracle(
 def test_a_failing_filter_among_siblings_is_named_and_applies_nothing(
         tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "f")
-        s = p.source("s", SCHEMA)
+        s = joinstate.source("s", SCHEMA)
         ok = s.filter(pc.field("v") > 0)
         bad = s.filter(pc.greater(pc.divide(pc.field("k"), pc.field("v")), 1))
-        p.output("ok", ok)
-        p.output("bad", bad)
+        p = joinstate.Pipeline(store, "f", joinstate.Graph({"ok": ok, "bad": bad}))
         w = pa.field(joinstate.WEIGHT, pa.int64())
         p.push("s", pa.table({"k": [4], "t": ["a"], "v": [2], joinstate.WEIGHT: [1]},
                              schema=SCHEMA.append(w)))
-        bad_label = bad.node.label
+        bad_label = p.graph.outputs["bad"].label
         with pytest.raises(joinstate.ExpressionError, match=rf"{bad_label}\b.*divide"):
             p.push("s", pa.table({"k": [1, 3], "t": ["a", "b"], "v": [5, 0],
                                   joinstate.WEIGHT: [1, 1]}, schema=SCHEMA.append(w)))

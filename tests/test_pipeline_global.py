@@ -41,13 +41,12 @@ def delta(schema: pa.Schema, rows: list[Row], weights: list[int] | None = None) 
 
 
 def build(store: joinstate.StateStore, name: str = "g") -> joinstate.Pipeline:
-    p = joinstate.Pipeline(store, name)
-    t = p.source("t", T)
-    p.source("u", U)  # feeds nothing: a push to it still delivers what is owed
+    t = joinstate.source("t", T)
+    u = joinstate.source("u", U)  # feeds nothing: a push to it still delivers what is owed
     g = t.group_by([]).aggregate(n=("count", None), s=("sum", "x"), hi=("max", "x"))
-    p.output("g", g, materialize=True)
-    p.output("busy", g.filter(pc.field("n") > 1), materialize=True)
-    return p
+    graph = (joinstate.Graph(sources=[u]).output("g", g, materialize=True)
+             .output("busy", g.filter(pc.field("n") > 1), materialize=True))
+    return joinstate.Pipeline(store, name, graph)
 
 
 def rows(p: joinstate.Pipeline, output: str) -> list[Row]:
@@ -229,10 +228,9 @@ def test_a_definition_failing_on_the_first_row_is_refused_whole(
     """An expression that fails on the row over no input refuses the pipeline's creation."""
 
     def define(expr: pc.Expression) -> joinstate.Pipeline:
-        p = joinstate.Pipeline(store, "div")
-        g = p.source("t", T).group_by([]).aggregate(n=("count", None))
-        p.output("q", g.select({"q": expr}), materialize=True)
-        return p
+        g = joinstate.source("t", T).group_by([]).aggregate(n=("count", None))
+        graph = joinstate.Graph().output("q", g.select({"q": expr}), materialize=True)
+        return joinstate.Pipeline(store, "div", graph)
 
     with pytest.raises(joinstate.ExpressionError, match="global aggregate"):
         define(pc.divide(pc.scalar(100), pc.field("n"))).compile()  # 100 / 0

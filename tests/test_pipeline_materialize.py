@@ -22,12 +22,11 @@ B = pa.schema([("k2", pa.int64()), ("y", pa.decimal128(7, 2))])
 
 
 def build(store: joinstate.StateStore, **kw: Any) -> joinstate.Pipeline:
-    p = joinstate.Pipeline(store, "m")
-    a = p.source("a", A)
-    b = p.source("b", B)
+    a = joinstate.source("a", A)
+    b = joinstate.source("b", B)
     j = a.join(b, on=("k", "k2"), how="left").select(["k", "x", "s", "y"])
-    p.output("r", j, materialize=True, **kw)
-    return p
+    return joinstate.Pipeline(store, "m", joinstate.Graph().output("r", j, materialize=True,
+                                                                   **kw))
 
 
 def rows(t: pa.Table) -> Counter[tuple[Any, ...]]:
@@ -104,9 +103,7 @@ def test_order_by_and_limit_apply_when_read(tmp_path: Path) -> None:
 
 def test_reading_an_output_that_is_not_materialized_names_the_remedy(tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "m")
-        a = p.source("a", A)
-        p.output("r", a)
+        p = joinstate.Pipeline(store, "m", joinstate.Graph({"r": joinstate.source("a", A)}))
         with pytest.raises(SchemaMismatchError, match="materialize=True"):
             p.read("r")
 
@@ -118,14 +115,11 @@ def test_reading_an_output_that_is_not_materialized_names_the_remedy(tmp_path: P
     ({"materialize": True, "order_by": "x"}, "list of"),
     ({"materialize": True, "limit": -1}, "limit=-1"),
 ])
-def test_bad_materialize_arguments_are_named(tmp_path: Path, kw: dict[str, Any],
-                                             needle: str) -> None:
-    with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "m")
-        a = p.source("a", A)
-        with pytest.raises(SchemaMismatchError, match=needle.replace("|", r"\|")
-                           .replace("(", r"\(")):
-            p.output("r", a, **kw)
+def test_bad_materialize_arguments_are_named(kw: dict[str, Any], needle: str) -> None:
+    a = joinstate.source("a", A)
+    with pytest.raises(SchemaMismatchError, match=needle.replace("|", r"\|")
+                       .replace("(", r"\(")):
+        joinstate.Graph().output("r", a, **kw)
 
 
 def test_shared_index_keeps_only_rows_and_columns_some_reader_needs(tmp_path: Path) -> None:
@@ -136,11 +130,11 @@ def test_shared_index_keeps_only_rows_and_columns_some_reader_needs(tmp_path: Pa
                         ("name", pa.string()), ("v", pa.float64())])
     rng = random.Random(7)
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "legs")
-        s = p.source("s", schema)
+        s = joinstate.source("s", schema)
         a = s.filter((pc.field("t") == "a") & (pc.field("y") == 1)).select(["k", "name", "v"])
         b = s.filter((pc.field("t") == "b") & (pc.field("y") == 2)).select(["k", "v"])
-        p.output("j", p.join_all({"a": a, "b": b}, on="k"), materialize=True)
+        p = joinstate.Pipeline(store, "legs", joinstate.Graph().output(
+            "j", joinstate.join_all({"a": a, "b": b}, on="k"), materialize=True))
         held: Counter[tuple[Any, ...]] = Counter()
         for _ in range(12):
             out = []
@@ -181,19 +175,18 @@ def test_shared_index_keeps_only_rows_and_columns_some_reader_needs(tmp_path: Pa
 def test_sharing_can_be_turned_off_per_stream(tmp_path: Path) -> None:
     """``share_indexes={stream: False}``: that stream's readers get their own indexes,
     the others stay shared; the outputs do not change."""
-    def define(p: joinstate.Pipeline) -> None:
-        a = p.source("a", A)
-        b = p.source("b", B)
+    def define() -> joinstate.Graph:
+        a = joinstate.source("a", A)
+        b = joinstate.source("b", B)
         j1 = a.join(b, on=("k", "k2")).select(["k", "x"])
         j2 = a.filter(pc.field("s") == "p").join(b, on=("k", "k2")).select(["k", "y"])
-        p.output("r1", j1, materialize=True)
-        p.output("r2", j2, materialize=True)
+        return (joinstate.Graph().output("r1", j1, materialize=True)
+                .output("r2", j2, materialize=True))
 
     got = {}
     for share in (True, {"a": False}, False):
         with joinstate.StateStore(tmp_path / repr(share)) as store:
-            p = joinstate.Pipeline(store, "m", share_indexes=share)
-            define(p)
+            p = joinstate.Pipeline(store, "m", define(), share_indexes=share)
             p.push("a", pa.table({"k": [1, 2, 2], "x": [1.0, 2.0, 3.0], "s": ["p", "q", "p"],
                                   joinstate.WEIGHT: [1, 1, 1]}))
             p.push("b", pa.table({"k2": [1, 2], "y": [None, None], joinstate.WEIGHT: [1, 1]},
@@ -214,21 +207,21 @@ def test_sharing_can_be_turned_off_per_stream(tmp_path: Path) -> None:
 
 def test_sharing_names_must_exist(tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "m", share_indexes={"nope": False})
-        p.output("r", p.source("a", A))
+        p = joinstate.Pipeline(store, "m", joinstate.Graph({"r": joinstate.source("a", A)}),
+                               share_indexes={"nope": False})
         with pytest.raises(SchemaMismatchError, match="'nope'"):
             p.compile()
     with pytest.raises(SchemaMismatchError, match="share_indexes"):
         joinstate.Pipeline(joinstate.StateStore(tmp_path / "t"), "m",
+                           joinstate.Graph({"r": joinstate.source("a", A)}),
                            share_indexes={"a": "yes"})  # type: ignore[dict-item]
 
 
 def test_nulls_first_per_key_when_read(tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "m")
-        a = p.source("a", A)
-        p.output("r", a, materialize=True,
-                 order_by=[("x", "ascending", "at_start"), ("k", "descending")])
+        p = joinstate.Pipeline(store, "m", joinstate.Graph().output(
+            "r", joinstate.source("a", A), materialize=True,
+            order_by=[("x", "ascending", "at_start"), ("k", "descending")]))
         p.push("a", pa.table({"k": [1, 2, None, 4], "x": [2.0, None, 1.0, None],
                               "s": ["a", "b", "c", "d"], joinstate.WEIGHT: [1, 1, 1, 1]},
                              schema=A.append(pa.field(joinstate.WEIGHT, pa.int64()))))
@@ -242,10 +235,10 @@ def test_an_expression_failing_on_pushed_rows_is_named_and_applies_nothing(
     """int64 overflow inside a projection: ExpressionError naming the operator."""
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
     with joinstate.StateStore(tmp_path / "s") as store:
-        p = joinstate.Pipeline(store, "m")
-        s = p.source("s", schema)
+        s = joinstate.source("s", schema)
         doubled = s.select({"k": "k", "v2": pc.multiply_checked(pc.field("v"), 2)})
-        p.output("r", doubled.group_by("k").aggregate(t=("sum", "v2")), materialize=True)
+        p = joinstate.Pipeline(store, "m", joinstate.Graph().output(
+            "r", doubled.group_by("k").aggregate(t=("sum", "v2")), materialize=True))
         p.push("s", pa.table({"k": [1], "v": [5], joinstate.WEIGHT: [1]}))
         with pytest.raises(joinstate.ExpressionError, match=r"project\d+.*multiply_checked"):
             p.push("s", pa.table({"k": [1, 2], "v": [1, 2**62], joinstate.WEIGHT: [1, 1]}))

@@ -81,10 +81,11 @@ def store(tmp_path: Path) -> Iterator[joinstate.StateStore]:
 
 def test_aggregate_only_view(store: joinstate.StateStore) -> None:
     """No index reads the source: the row record decides."""
-    p = joinstate.Pipeline(store, "q")
-    sales = p.source("sales", SALES)
-    p.output("by_ck", sales.group_by("ck").aggregate(s=("sum", "amt"), n=("count", None)),
-             materialize=True)
+    sales = joinstate.source("sales", SALES)
+    graph = joinstate.Graph().output(
+        "by_ck", sales.group_by("ck").aggregate(s=("sum", "amt"), n=("count", None)),
+        materialize=True)
+    p = joinstate.Pipeline(store, "q", graph)
     p.push("sales", delta(SALES, [(1, 1, 10), (2, 1, 20)]))
     refused(store, p, "sales", [(77, 1, 999)], [-1],
             r"pipeline 'q', source 'sales'.*\(sk=77, ck=1, amt=999\)")
@@ -118,10 +119,11 @@ def test_join_view_with_a_projected_index(store: joinstate.StateStore) -> None:
 
 
 def test_union_view(store: joinstate.StateStore) -> None:
-    p = joinstate.Pipeline(store, "u")
-    sales = p.source("sales", SALES).select(["ck", "amt"])
-    returns = p.source("returns", RETURNS)
-    p.output("all", sales.union_all(returns), materialize=True)
+    sales = joinstate.source("sales", SALES).select(["ck", "amt"])
+    returns = joinstate.source("returns", RETURNS)
+    graph = joinstate.Graph()
+    graph = graph.output("all", sales.union_all(returns), materialize=True)
+    p = joinstate.Pipeline(store, "u", graph)
     p.push("sales", delta(SALES, [(1, 1, 10)]))
     p.push("returns", delta(RETURNS, [(1, 5)]))
     # (1, 10) is in the union, but returns never received it
@@ -133,9 +135,10 @@ def test_union_view(store: joinstate.StateStore) -> None:
 
 def test_filter_only_view_refuses_rows_the_filter_drops(store: joinstate.StateStore) -> None:
     """A retracted row the filter would drop never reaches any state, yet it is refused."""
-    p = joinstate.Pipeline(store, "f")
-    sales = p.source("sales", SALES)
-    p.output("big", sales.filter(col("amt").to_pc() > 5), materialize=True)
+    sales = joinstate.source("sales", SALES)
+    graph = joinstate.Graph()
+    graph = graph.output("big", sales.filter(col("amt").to_pc() > 5), materialize=True)
+    p = joinstate.Pipeline(store, "f", graph)
     p.push("sales", delta(SALES, [(1, 1, 10), (2, 1, 3)]))
     refused(store, p, "sales", [(3, 1, 2)], [-1], r"sk=3, ck=1, amt=2")
     refused(store, p, "sales", [(1, 1, 11)], [-1], r"sk=1, ck=1, amt=11")
@@ -146,11 +149,12 @@ def test_filter_only_view_refuses_rows_the_filter_drops(store: joinstate.StateSt
 @pytest.mark.parametrize("column", ["sk", "ck", "amt"])
 def test_a_row_differing_in_one_column_is_refused(store: joinstate.StateStore,
                                                  column: str) -> None:
-    p = joinstate.Pipeline(store, "d")
-    sales = p.source("sales", SALES)
-    customers = p.source("customers", CUSTOMERS, unique_key="ck")
-    p.output("names", sales.join(customers, on="ck").select(["name"]), materialize=True)
-    p.output("n", sales.group_by([]).aggregate(n=("count", None)))
+    sales = joinstate.source("sales", SALES)
+    customers = joinstate.source("customers", CUSTOMERS, unique_key="ck")
+    graph = joinstate.Graph()
+    graph = graph.output("names", sales.join(customers, on="ck").select(["name"]), materialize=True)
+    graph = graph.output("n", sales.group_by([]).aggregate(n=("count", None)))
+    p = joinstate.Pipeline(store, "d", graph)
     p.push("customers", delta(CUSTOMERS, [(1, "ann"), (2, "bob")]))
     p.push("sales", delta(SALES, [(1, 1, 10)]))
     wrong = {"sk": (9, 1, 10), "ck": (1, 2, 10), "amt": (1, 1, 9)}[column]
@@ -159,9 +163,10 @@ def test_a_row_differing_in_one_column_is_refused(store: joinstate.StateStore,
 
 
 def test_duplicates(store: joinstate.StateStore) -> None:
-    p = joinstate.Pipeline(store, "dup")
-    sales = p.source("sales", SALES)
-    p.output("n", sales.group_by("ck").aggregate(n=("count", None)), materialize=True)
+    sales = joinstate.source("sales", SALES)
+    graph = joinstate.Graph()
+    graph = graph.output("n", sales.group_by("ck").aggregate(n=("count", None)), materialize=True)
+    p = joinstate.Pipeline(store, "dup", graph)
     p.push("sales", delta(SALES, [(1, 1, 10)], [2]))
     refused(store, p, "sales", [(1, 1, 10)], [-3], r"retracts the row .* 3 time\(s\), but "
             r"the source holds it 2 time\(s\)")
@@ -173,9 +178,10 @@ def test_duplicates(store: joinstate.StateStore) -> None:
 
 
 def test_nulls_are_values_of_the_row(store: joinstate.StateStore) -> None:
-    p = joinstate.Pipeline(store, "nul")
-    sales = p.source("sales", SALES)
-    p.output("s", sales.group_by("ck").aggregate(s=("sum", "amt")), materialize=True)
+    sales = joinstate.source("sales", SALES)
+    graph = joinstate.Graph()
+    graph = graph.output("s", sales.group_by("ck").aggregate(s=("sum", "amt")), materialize=True)
+    p = joinstate.Pipeline(store, "nul", graph)
     p.push("sales", delta(SALES, [(None, 1, None), (None, None, 5)]))
     refused(store, p, "sales", [(None, 1, 0)], [-1], "amt=0")
     refused(store, p, "sales", [(0, 1, None)], [-1], "sk=0")
@@ -185,9 +191,10 @@ def test_nulls_are_values_of_the_row(store: joinstate.StateStore) -> None:
 
 
 def test_inserts_and_retractions_in_one_push_consolidate(store: joinstate.StateStore) -> None:
-    p = joinstate.Pipeline(store, "c")
-    sales = p.source("sales", SALES)
-    p.output("n", sales.group_by("ck").aggregate(n=("count", None)), materialize=True)
+    sales = joinstate.source("sales", SALES)
+    graph = joinstate.Graph()
+    graph = graph.output("n", sales.group_by("ck").aggregate(n=("count", None)), materialize=True)
+    p = joinstate.Pipeline(store, "c", graph)
     r = (1, 1, 10)
     out = p.push("sales", delta(SALES, [r, r], [1, -1]))["n"]
     assert out.num_rows == 0
@@ -204,10 +211,11 @@ def test_inserts_and_retractions_in_one_push_consolidate(store: joinstate.StateS
 
 def test_an_index_holding_every_column_decides(store: joinstate.StateStore) -> None:
     """No row record where an index of the source holds all of it."""
-    p = joinstate.Pipeline(store, "all")
-    sales = p.source("sales", SALES)
-    customers = p.source("customers", CUSTOMERS, unique_key="ck")
-    p.output("j", sales.join(customers, on="ck"), materialize=True)
+    sales = joinstate.source("sales", SALES)
+    customers = joinstate.source("customers", CUSTOMERS, unique_key="ck")
+    graph = joinstate.Graph()
+    graph = graph.output("j", sales.join(customers, on="ck"), materialize=True)
+    p = joinstate.Pipeline(store, "all", graph)
     p.compile()
     families = store.column_families()
     assert source_rows_cf("all", "sales") not in families
@@ -220,18 +228,19 @@ def test_an_index_holding_every_column_decides(store: joinstate.StateStore) -> N
     refused(store, p, "customers", [(1, "bob")], [-1], r"source 'customers'")
     p.push("customers", delta(CUSTOMERS, [(1, "ann"), (1, "bob")], [-1, 1]))
     assert read(p, "j") == [(1, 1, 10, 1, "bob")]
-    described = joinstate.Pipeline.describe(store, "all")
+    described = joinstate.inspect.describe(store, "all")
     assert {s["name"]: s["checked_by"] for s in described["sources"]} == {
         "sales": "its index holding every column", "customers": "its index holding every column"}
 
 
 def test_a_filtered_shared_index_does_not_decide(store: joinstate.StateStore) -> None:
     """An index keeping only the rows its readers pass cannot vouch for the others."""
-    p = joinstate.Pipeline(store, "fi")
-    sales = p.source("sales", SALES)
-    customers = p.source("customers", CUSTOMERS, unique_key="ck")
-    p.output("j", sales.filter(col("amt").to_pc() > 5).join(customers, on="ck"),
-             materialize=True)
+    sales = joinstate.source("sales", SALES)
+    customers = joinstate.source("customers", CUSTOMERS, unique_key="ck")
+    graph = joinstate.Graph()
+    graph = graph.output("j", sales.filter(col("amt").to_pc() > 5).join(customers, on="ck"),
+                         materialize=True)
+    p = joinstate.Pipeline(store, "fi", graph)
     p.compile()
     assert source_rows_cf("fi", "sales") in store.column_families()
     p.push("sales", delta(SALES, [(1, 1, 10), (2, 1, 1)]))
@@ -240,9 +249,10 @@ def test_a_filtered_shared_index_does_not_decide(store: joinstate.StateStore) ->
 
 
 def test_unchecked_sources_keep_no_record(store: joinstate.StateStore) -> None:
-    p = joinstate.Pipeline(store, "un")
-    sales = p.source("sales", SALES, retractions="unchecked")
-    p.output("n", sales.group_by("ck").aggregate(n=("count", None)), materialize=True)
+    sales = joinstate.source("sales", SALES, retractions="unchecked")
+    graph = joinstate.Graph()
+    graph = graph.output("n", sales.group_by("ck").aggregate(n=("count", None)), materialize=True)
+    p = joinstate.Pipeline(store, "un", graph)
     p.push("sales", delta(SALES, [(1, 1, 10)]))
     p.push("sales", delta(SALES, [(2, 1, 99)], [-1]))  # trusted: not checked
     assert read(p, "n") == []
@@ -250,14 +260,14 @@ def test_unchecked_sources_keep_no_record(store: joinstate.StateStore) -> None:
     assert "not checked (retractions='unchecked')" in p.explain()
     assert "sales (retractions unchecked)" in p.summary()
     with pytest.raises(joinstate.SchemaMismatchError, match="retractions='sometimes'"):
-        joinstate.Pipeline(store, "x").source("s", SALES, retractions="sometimes")
+        joinstate.source("s", SALES, retractions="sometimes")
 
 
 def test_the_mode_is_part_of_the_definition(tmp_path: Path) -> None:
     def build(store: joinstate.StateStore, mode: str) -> joinstate.Pipeline:
-        p = joinstate.Pipeline(store, "m")
-        p.output("o", p.source("sales", SALES, retractions=mode))
-        return p
+        graph = joinstate.Graph().output("o", joinstate.source("sales", SALES,
+                                                               retractions=mode))
+        return joinstate.Pipeline(store, "m", graph)
 
     with joinstate.StateStore(tmp_path / "s") as store:
         build(store, "checked").push("sales", delta(SALES, [(1, 1, 1)]))
@@ -267,16 +277,18 @@ def test_the_mode_is_part_of_the_definition(tmp_path: Path) -> None:
 
 
 def test_a_definition_of_an_older_version_is_refused(store: joinstate.StateStore) -> None:
-    p = joinstate.Pipeline(store, "old")
-    p.output("o", p.source("sales", SALES))
+    graph = joinstate.Graph()
+    graph = graph.output("o", joinstate.source("sales", SALES))
+    p = joinstate.Pipeline(store, "old", graph)
     p.compile()
     spec = json.loads(store.meta_get(pipeline_spec_key("old")) or b"{}")
     spec["version"] = 1
     store.meta_put(pipeline_spec_key("old"), json.dumps(spec).encode())
     store.close()
     with joinstate.StateStore(store.path) as again:
-        q = joinstate.Pipeline(again, "old")
-        q.output("o", q.source("sales", SALES))
+        graph = joinstate.Graph()
+        graph = graph.output("o", joinstate.source("sales", SALES))
+        q = joinstate.Pipeline(again, "old", graph)
         with pytest.raises(joinstate.JoinSpecMismatchError, match="older joinstate"):
             q.compile()
 
@@ -285,10 +297,10 @@ def test_a_definition_of_an_older_version_is_refused(store: joinstate.StateStore
 
 
 def _agg_pipeline(store: joinstate.StateStore, name: str = "r") -> joinstate.Pipeline:
-    p = joinstate.Pipeline(store, name)
-    sales = p.source("sales", SALES)
-    p.output("by_ck", sales.group_by("ck").aggregate(s=("sum", "amt")), materialize=True)
-    return p
+    sales = joinstate.source("sales", SALES)
+    graph = joinstate.Graph().output("by_ck", sales.group_by("ck").aggregate(s=("sum", "amt")),
+                                     materialize=True)
+    return joinstate.Pipeline(store, name, graph)
 
 
 def test_the_record_survives_a_reopen(tmp_path: Path) -> None:
@@ -351,13 +363,13 @@ def test_verify_finds_a_damaged_record(store: joinstate.StateStore) -> None:
     with pytest.raises(joinstate.StateCorruptedError, match="not a row record"):
         p.verify()
     with pytest.raises(joinstate.StateCorruptedError, match="not a row record"):
-        joinstate.Pipeline.verify_records(store, "r")
+        joinstate.inspect.verify_records(store, "r")
     key, _ = next(iter(contents(store)[cf]))
     store.cf(cf)[key] = b"\x01" + bytes(16)  # a row hash of bucket 0
     wrong = key[:8] + bytes((key[8] ^ 1,))
     store.cf(cf)[wrong] = b"\x01" + bytes(15) + b"\xff"  # bucket 63 under another key
     with pytest.raises(joinstate.StateCorruptedError, match="another bucket"):
-        joinstate.Pipeline.verify_records(store, "r")
+        joinstate.inspect.verify_records(store, "r")
 
 
 def test_verify_finds_a_record_that_lost_rows(store: joinstate.StateStore) -> None:
@@ -378,7 +390,7 @@ def test_the_record_is_visible(store: joinstate.StateStore) -> None:
     assert cf in p.column_families()
     assert cf in pipeline_column_families(store.column_families(), "r")
     assert pipeline_column_families([cf, "rows[rr~sales]", "ix.r.left[k]"], "r") == [cf]
-    facts = joinstate.Pipeline.describe(store, "r")
+    facts = joinstate.inspect.describe(store, "r")
     (rec,) = facts["row_records"]
     assert (rec["source"], rec["rows"], rec["entries"]) == ("sales", 2, 2)
     assert facts["sources"][0]["checked_by"] == "its row record"

@@ -29,7 +29,7 @@ from planner.context import (
 )
 from planner.errors import PlannerError
 from planner.history import History, StrategyFigures
-from planner.plan import Plan, plan_for_join, plan_join, plan_pipeline, run
+from planner.plan import Plan, plan_join, plan_population, run
 from planner.rule import Rule
 from planner.rules import RULES
 from planner.rules.compaction import CompactionChoice
@@ -366,7 +366,7 @@ def test_probe_mode_given_by_the_store(tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path / "s", opts) as store:
         j = store.join("j", left=joinstate.Side(schema, ["k"]),
                        right=joinstate.Side(schema, ["k"]))
-        p = plan_for_join(j, given("left", 10), given("right", 10_000))
+        p = plan_population(j, {"left": given("left", 10), "right": given("right", 10_000)})
         assert p.get("probe") == "point"
         assert p.get("probe", j.index("left").column_family) == "point"
 
@@ -501,7 +501,8 @@ def test_plan_for_a_real_join(tmp_path: Path) -> None:
     with joinstate.StateStore(tmp_path / "s") as store:
         j = store.join("cs", left=joinstate.Side(cust, ["ck"], unique_key=["ck"]),
                        right=joinstate.Side(sales, ["sk"]), how="left")
-        p = plan_for_join(j, given("left", 100), given("right", 200_000, snapshot=True))
+        p = plan_population(j, {"left": given("left", 100),
+                                "right": given("right", 200_000, snapshot=True)})
         left, right = j.index("left").column_family, j.index("right").column_family
         assert p.side_index("left") == left
         assert p.get("layout", left) == "key" and p.get("layout", right) == "bag"
@@ -515,17 +516,17 @@ def test_plan_pipeline_reads_the_operator_graph(tmp_path: Path) -> None:
     shares: list[bool | dict[str, bool]] = [True, False, {"agg3": False}]
     for i, share in enumerate(shares):
         with joinstate.StateStore(tmp_path / f"s{i}") as store:
-            p = joinstate.Pipeline(store, "mini", share_indexes=share)
-            c = p.source("customer", cs, unique_key="ck")
-            s = p.source("sales", ss)
+            c = joinstate.source("customer", cs, unique_key="ck")
+            s = joinstate.source("sales", ss)
             per = (s.join(c, on=("sk", "ck")).group_by(["name", "yr"])
                    .aggregate(total=("sum", "amt")))
-            p.output("per_year", per)
-            p.output("growth", p.join_all({
+            graph = joinstate.Graph().output("per_year", per)
+            graph = graph.output("growth", joinstate.join_all({
                 "a": per.filter(pc.field("yr") == 2000).select(["name", "total"]),
                 "b": per.filter(pc.field("yr") == 2001)}, on="name"))
-            plan = plan_pipeline(p, {"customer": given("customer", 200),
-                                     "sales": given("sales", 4000)})
+            p = joinstate.Pipeline(store, "mini", graph, share_indexes=share)
+            plan = plan_population(p, {"customer": given("customer", 200),
+                                       "sales": given("sales", 4000)})
             ctx = plan.context
             assert ctx is not None
             assert [j.name for j in ctx.joins] == ["join2"]

@@ -38,16 +38,16 @@ def data(seed: int = 0, n: int = 4000) -> dict[str, pa.Table]:
 
 
 def build(store: joinstate.StateStore, share: bool = True) -> joinstate.Pipeline:
-    p = joinstate.Pipeline(store, "mini", share_indexes=share)
-    c = p.source("customer", CS, unique_key="ck")
-    d = p.source("date_dim", DS, unique_key="dk")
-    s = p.source("sales", SS)
+    c = joinstate.source("customer", CS, unique_key="ck")
+    d = joinstate.source("date_dim", DS, unique_key="dk")
+    s = joinstate.source("sales", SS)
     per_year = (s.join(c, on=("sk", "ck")).join(d, on=("dsk", "dk"))
                 .group_by(["name", "yr"]).aggregate(total=("sum", "amt"), n=("count", None)))
-    p.output("per_year", per_year)
-    p.output("growth", p.join_all({"a": per_year.filter(pc.field("yr") == 2000),
-                                   "b": per_year.filter(pc.field("yr") == 2001)}, on="name"))
-    return p
+    graph = joinstate.Graph().output("per_year", per_year)
+    graph = graph.output("growth", joinstate.join_all(
+        {"a": per_year.filter(pc.field("yr") == 2000),
+         "b": per_year.filter(pc.field("yr") == 2001)}, on="name"))
+    return joinstate.Pipeline(store, "mini", graph, share_indexes=share)
 
 
 def reference(d: dict[str, pa.Table]) -> dict[tuple[Any, ...], int]:

@@ -424,20 +424,20 @@ def test_apply_refuses_bad_arguments(tmp_path: Path) -> None:
         join = bag_join(store)
         with pytest.raises(PopulationError, match="strategy='fast' must be one of"):
             apply(join, "left", weighted([1], ["x"], [1]), strategy="fast")  # type: ignore[arg-type]
-        with pytest.raises(PopulationError, match=r"target must be a joinstate\.Join"):
+        with pytest.raises(PopulationError,
+                           match=r"joinstate\.Join or a joinstate\.Pipeline.*got str"):
             apply("j", "left", weighted([1], ["x"], [1]))  # type: ignore[arg-type]
-        with pytest.raises(joinstate.JoinStateError, match="side='middle'"):
+        with pytest.raises(joinstate.JoinStateError, match="'middle' is not an input of join"):
             apply(join, "middle", weighted([1], ["x"], [1]))
         assert join.rows("left") == 0
 
 
 def test_apply_to_a_pipeline_is_incremental(tmp_path: Path) -> None:
     def build(store: joinstate.StateStore) -> joinstate.Pipeline:
-        p = joinstate.Pipeline(store, "p")
-        a = p.source("a", BAG)
-        b = p.source("b", BAG)
-        p.output("out", a.join(b, on=("k", "k"), suffixes=("", "_b")))
-        return p
+        a = joinstate.source("a", BAG)
+        b = joinstate.source("b", BAG)
+        graph = joinstate.Graph().output("out", a.join(b, on=("k", "k"), suffixes=("", "_b")))
+        return joinstate.Pipeline(store, "p", graph)
 
     with joinstate.StateStore(tmp_path / "x") as sx, joinstate.StateStore(tmp_path / "y") as sy:
         px, py = build(sx), build(sy)
@@ -454,5 +454,5 @@ def test_apply_to_a_pipeline_is_incremental(tmp_path: Path) -> None:
         assert len(recorded(px, "a", "incremental")) == 1
         with pytest.raises(PopulationError, match="pipelines have no recompute path"):
             apply(px, "a", delta, strategy="recompute")
-        with pytest.raises(joinstate.JoinStateError, match="not a source"):
+        with pytest.raises(joinstate.JoinStateError, match="not an input of pipeline"):
             apply(px, "zz", delta)

@@ -158,13 +158,15 @@ def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _pipeline(store: joinstate.StateStore) -> joinstate.Pipeline:
-    p = joinstate.Pipeline(store, "orders")
-    customers = p.source("customers", pa.schema([("c_id", pa.int64()), ("c_name", pa.string())]),
-                         unique_key="c_id")
-    orders = p.source("orders", pa.schema([("o_customer", pa.int64()), ("o_amount", pa.int64())]))
+    customers = joinstate.source(
+        "customers", pa.schema([("c_id", pa.int64()), ("c_name", pa.string())]),
+        unique_key="c_id")
+    orders = joinstate.source(
+        "orders", pa.schema([("o_customer", pa.int64()), ("o_amount", pa.int64())]))
     joined = orders.join(customers, on=("o_customer", "c_id"))
-    p.output("per_name", joined.group_by(["c_name"]).aggregate(total=("sum", "o_amount")))
-    return p
+    graph = joinstate.Graph().output(
+        "per_name", joined.group_by(["c_name"]).aggregate(total=("sum", "o_amount")))
+    return joinstate.Pipeline(store, "orders", graph)
 
 
 def test_pipeline_population_records_samples(tmp_path: Path) -> None:

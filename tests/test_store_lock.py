@@ -25,6 +25,7 @@ import pytest
 
 import joinstate
 from joinstate import checkpoint as ck
+from joinstate.checkpoint import restoring
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -202,7 +203,7 @@ def test_a_running_restore_holds_the_directory(tmp_path: Path,
         store.join("j").push("left", delta(range(100, 130)))  # the target differs
     seen: list[str] = []
     once = threading.Lock()
-    original = ck._get_file  # noqa: SLF001 - the download step, to act in the middle of it
+    original = restoring._get_file  # noqa: SLF001 - the download step: act in the middle of it
 
     def get_file(*args: object) -> None:
         with once:  # downloads run on several threads: look once, from the first
@@ -223,7 +224,7 @@ def test_a_running_restore_holds_the_directory(tmp_path: Path,
         assert child.returncode == 3, (child.stdout, child.stderr)
         seen.append(child.stdout)
 
-    monkeypatch.setattr(ck, "_get_file", get_file)
+    monkeypatch.setattr(restoring, "_get_file", get_file)
     ck.restore(str(remote), path, replace=True)
     assert len(seen) == 2 and all(str(path) in s for s in seen), seen
     assert "restor" in seen[0]
@@ -245,17 +246,18 @@ def test_a_store_dropped_without_close_does_not_hold_the_directory(tmp_path: Pat
 RESTORE_CHILD = """
 import os, signal, sys
 from joinstate import checkpoint as ck
+from joinstate.checkpoint import restoring
 remote, path, point = sys.argv[1:4]
 die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 if point == "download":
-    ck._get_file = die
+    restoring._get_file = die
 else:  # just after the new directory took the old one's place
-    inner = ck._exchange
+    inner = restoring._exchange
     def exchange(a, b):
         done = inner(a, b)
         die()
         return done
-    ck._exchange = exchange
+    restoring._exchange = exchange
 ck.restore(remote, path, replace=True)
 """
 

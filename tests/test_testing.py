@@ -106,6 +106,15 @@ def test_compare_doubles_to_tolerance_and_names_first_difference() -> None:
     assert not compare(want.select(["k", "x", "d"]), want)["ok"]
 
 
+def test_compare_infinities_only_with_themselves() -> None:
+    inf, nan = math.inf, math.nan
+    want = pa.table({"x": [inf, -inf, nan, 1.0]})
+    assert compare(want, want)["ok"]
+    for got in ([1.0, -inf, nan, 1.0], [inf, inf, nan, 1.0], [inf, -inf, nan, inf],
+                [inf, -inf, 0.0, 1.0]):
+        assert not compare(pa.table({"x": got}), want)["ok"], got
+
+
 def test_consolidate_and_expand() -> None:
     t = pa.table({"a": ["x", "x", None, None, "y"], "f": [1.5, 1.5, None, None, 2.0],
                   W: pa.array([1, 1, 1, -1, 1], pa.int64())})

@@ -17,11 +17,11 @@ import pytest
 import rocksdict as rd
 
 import joinstate
+from joinstate.names import undo_prefix
 from joinstate.transaction import (
     Transaction,
     apply_undo,
     drop_undo,
-    undo_prefix,
     undo_tags,
 )
 
@@ -131,13 +131,12 @@ def test_undo_of_a_pipeline_push_and_of_raw_transactions(tmp_path: Path) -> None
     cust = pa.schema([("c", pa.int64()), ("region", pa.string())])
 
     def build(store: joinstate.StateStore) -> joinstate.Pipeline:
-        p = joinstate.Pipeline(store, "p")
-        s = p.source("sales", schema=sales)
-        c = p.source("customer", schema=cust, unique_key=["c"])
+        s = joinstate.source("sales", schema=sales)
+        c = joinstate.source("customer", schema=cust, unique_key=["c"])
         j = s.join(c, on="c")
-        p.output("per_region", j.group_by(["region"]).aggregate(
+        graph = joinstate.Graph().output("per_region", j.group_by(["region"]).aggregate(
             total=("sum", pc.field("amt")), n=("count", None)))
-        return p
+        return joinstate.Pipeline(store, "p", graph)
 
     with joinstate.StateStore(path) as store:
         p = build(store)

@@ -30,16 +30,16 @@ if TYPE_CHECKING:
 
 def build(store: joinstate.StateStore) -> joinstate.Pipeline:
     """Unique and bag indexes, NULL keys, a filtered stream's index, sum/count/max."""
-    p = joinstate.Pipeline(store, "mini")
-    c = p.source("customer", CS, unique_key="ck")
-    d = p.source("date_dim", DS, unique_key="dk")
-    s = p.source("sales", SS)
+    c = joinstate.source("customer", CS, unique_key="ck")
+    d = joinstate.source("date_dim", DS, unique_key="dk")
+    s = joinstate.source("sales", SS)
     joined = s.join(c, on=("sk", "ck"))
-    p.output("per_year", joined.join(d, on=("dsk", "dk")).group_by(["name", "yr"]).aggregate(
-        total=("sum", "amt"), n=("count", None), top=("max", "amt")))
+    graph = joinstate.Graph().output(
+        "per_year", joined.join(d, on=("dsk", "dk")).group_by(["name", "yr"]).aggregate(
+            total=("sum", "amt"), n=("count", None), top=("max", "amt")))
     big = joined.filter(pc.field("dsk") > 15).select(["sk", "name", "amt"])
-    p.output("pairs", big.join(c, on=("sk", "ck"), suffixes=("", "_c")))
-    return p
+    graph = graph.output("pairs", big.join(c, on=("sk", "ck"), suffixes=("", "_c")))
+    return joinstate.Pipeline(store, "mini", graph)
 
 
 @pytest.fixture

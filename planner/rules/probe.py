@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from joinstate._probe import COST_GET_US, COST_SCAN_US
+from joinstate.options import COST_GET_US, COST_SCAN_US
 from planner.rule import Decision
 from planner.rules._text import rows, times
 

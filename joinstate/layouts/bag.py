@@ -1,15 +1,7 @@
-"""Row layouts of an index: how rows are keyed, staged, probed and decoded in RocksDB.
+"""The bag layout: nothing is unique, so rows are appended as entries of (row, count).
 
-Three layouts, chosen by what is known about uniqueness (:attr:`joinstate.Side.layout`):
-
-``key``     the join key is unique on the side: RocksDB key = prefix + canon,
-            value = row.  Probed by multi-get.
-``unique``  the side has a unique row key: key = prefix + canon + canon(unique key),
-            value = row.  Probed by prefix iteration.
-``bag``     nothing is unique: key = prefix + canon + xxh3_128(row) + seq,
-            value = count + row.
-
-``prefix`` is the 8-byte big-endian xxh3 of the canonical join key ``canon``.
+RocksDB key = prefix + canon + xxh3_128(row) + seq, value = count + row (``prefix``: the
+8-byte big-endian xxh3 of the canonical join key ``canon``).
 
 The bag layout *appends*: an insert is a blind put of a new entry (no read), because on
 the machines this was measured on a bloom-filtered multi-get miss (~1 µs) costs about
@@ -23,46 +15,24 @@ blindly, like an insert (reading the entries cost ~4 µs per row with their keys
 ~12 µs by seek, against ~1-2 µs for the write).  Without the map (not yet rebuilt after a
 crash or a damaged map file) the entries are read by one seek per row.  ``seq`` is the
 index's batch counter, so the keys of one batch never collide with earlier ones.
-
-The unique layouts read before writing, to enforce the declared key.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from joinstate import _rocks
 from joinstate._bytes import Bytes, is_identity
-from joinstate._keyset import EntryMap, HashSet64, has_duplicates, hash64
-from joinstate._probe import (
-    COST_GET_US,
-    COST_ROW_US,
-    COST_SCAN_US,
-    COST_SEEK_US,
-    Entries,
-    Rental,
-)
-from joinstate.errors import (
-    OverRetractionError,
-    SchemaMismatchError,
-    StateCorruptedError,
-    UniqueKeyViolationError,
-    WeightOverflowError,
-)
-from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, single_plan
+from joinstate._keyset import EntryMap
+from joinstate._probe import COST_SCAN_US, COST_SEEK_US, Entries, Rental
+from joinstate.errors import StateCorruptedError, WeightOverflowError
+from joinstate.layouts.base import RowLayout, split_counts
 from joinstate.names import is_keyed_cf
-from joinstate.zset import (
-    checked_add,
-    checked_sum,
-    checked_sum_by,
-    group_keys,
-    sort_order,
-    sum_by,
-)
+from joinstate.zset import checked_add, checked_sum, checked_sum_by, sort_order, sum_by
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -70,404 +40,19 @@ if TYPE_CHECKING:
     from joinstate.batch import PreparedBatch
     from joinstate.codec import RowCodec
     from joinstate.db import Database
-    from joinstate.side import Side
+    from joinstate.keys import KeyCodec
     from joinstate.transaction import Transaction
 
-__all__ = ["LAYOUTS", "BagLayout", "KeyLayout", "RowLayout", "UniqueLayout", "describe_key"]
+__all__ = ["BagLayout"]
 
-COST_UNIQUE_READ_US = 2.0
-"""Estimated µs per row of checking a unique key by multi-get (read, compare, group)."""
 log = logging.getLogger(__name__)
 
 _SEQ_BYTES = 8  # batch sequence, big-endian so entries of one row sort by batch
 _RH_BYTES = 16  # xxh3_128 of the encoded row
 
 
-def describe_key(batch: PreparedBatch, r: int, cols: Sequence[str]) -> str:
-    """The values of ``cols`` in row ``r`` of ``batch``, for error messages."""
-    vals = [batch.table.column(c)[r].as_py() for c in cols]
-    return repr(vals[0]) if len(vals) == 1 else repr(tuple(vals))
-
-
 def _i64_column(values: np.ndarray) -> Bytes:
     return Bytes.from_fixed(values.astype("<i8").view(np.uint8).reshape(len(values), 8))
-
-
-class RowLayout:
-    """Base of the three layouts: one column family, the side's codecs, a store.
-
-    Subclasses own how a batch is staged into a :class:`Transaction`, how stored
-    entries of some keys are read back (:meth:`probe`), and how values decode.
-    """
-
-    name: ClassVar[str]
-    counted: ClassVar[bool] = False  # values start with an int64 count
-    blind_inserts: ClassVar[bool] = False  # inserts never read the index
-    one_entry_per_key: ClassVar[bool] = False  # entries counter == distinct join keys
-
-    def __init__(
-        self, store: Database, cf: str, side: str, key: Sequence[str],
-        key_codec: KeyCodec, row_codec: RowCodec,
-    ) -> None:
-        self.store = store
-        self.cf = cf
-        self.side = side
-        self.key = list(key)
-        self.key_codec = key_codec
-        self.row_codec = row_codec
-
-    # ---- decoding ---------------------------------------------------------------------
-
-    def decode(self, values: list[bytes]) -> tuple[pa.Table, np.ndarray, Bytes]:
-        """Stored values -> rows, weights, each row's encoding."""
-        packed = Bytes.from_list(values)
-        if not self.counted:
-            return self.row_codec.decode(packed), np.ones(len(values), np.int64), packed
-        if not values:
-            return self.row_codec.schema.empty_table(), np.zeros(0, np.int64), packed
-        w, enc = _split_counts(packed)
-        return self.row_codec.decode(packed, skip=8), w, enc
-
-    def scan(self) -> tuple[pa.Table, np.ndarray, Bytes]:
-        """Every stored entry (bag entries unconsolidated): rows, weights, encodings."""
-        values = _rocks.iter_values(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
-        return self.decode(values)
-
-    @classmethod
-    def for_side(
-        cls, store: Database, cf: str, label: str, side: Side, key_codec: KeyCodec,
-        row_codec: RowCodec,
-    ) -> RowLayout:
-        """The layout for ``side``'s rows in family ``cf``."""
-        return cls(store, cf, label, side.key, key_codec, row_codec)
-
-    # ---- the layout's own business ----------------------------------------------------
-
-    def check_within(self, batch: PreparedBatch) -> None:
-        """Reject a batch that by itself breaks the layout's promise (default: none)."""
-
-    def reset(self) -> None:
-        """Forget in-memory state derived from the store (after a failed bulk write)."""
-
-    def save(self) -> None:
-        """Keep derived in-memory state beside the store, for the next open (default: none)."""
-
-    def check_derived(self) -> None:
-        """Compare derived in-memory state with the index (for ``verify``; default: none).
-
-        Raises :class:`StateCorruptedError` (after rebuilding it) if it disagrees.
-        """
-
-    def settle(self) -> None:
-        """Finish deferred in-memory work now, so the next batch does not pay for it."""
-
-    def stage(
-        self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
-        txn: Transaction,
-    ) -> None:
-        """Validate ``rows`` of ``batch`` against stored state and stage their writes."""
-        raise NotImplementedError
-
-    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
-        """Stored entries whose join key is one of the (distinct) query keys."""
-        raise NotImplementedError
-
-    def point_cost(self, nq: int, rows_per_key: float) -> float:
-        """Estimated µs to probe ``nq`` keys from RocksDB (the probe policy's input)."""
-        return nq * (COST_SEEK_US + rows_per_key * COST_ROW_US)
-
-    def distinct_keys(self, entries: int) -> int:
-        """Distinct join keys stored (a pass over the family unless known for free)."""
-        rows, _, _ = self.scan()
-        canon, _ = self.key_codec.encode(rows)
-        return len(set(canon.to_list()))
-
-    # ---- shared pieces ----------------------------------------------------------------
-
-    def _over_retraction(self, batch: PreparedBatch, r: int, have: int, would: int) -> None:
-        raise OverRetractionError(
-            f"{self.side} side: the batch would take the multiplicity of a row with key "
-            f"{self.key} = {describe_key(batch, r, self.key)} from {have} to {would}; "
-            "retract only rows that are present; nothing of the batch was applied"
-        )
-
-    def _prefix_probe(self, qcanon: Bytes, qhash: np.ndarray) -> tuple[Entries, Bytes]:
-        """One bounded iteration per distinct key, in key-hash order.
-
-        The iterator stops at the end of the 8-byte prefix; keys that only share the
-        hash prefix are filtered after decoding, vectorised.
-        """
-        nq = len(qhash)
-        order = np.argsort(qhash, kind="stable")
-        p8 = prefix_bytes(qhash[order]).to_list()
-        values, counts_sorted = _rocks.prefix_values(
-            self.store.cf(self.cf), p8, self.store.path, f"probe {self.cf}")
-        counts = np.zeros(nq, dtype=np.int64)
-        counts[order] = counts_sorted
-        q = np.repeat(order, counts[order])
-        rows, w, enc = self.decode(values)
-        if len(q):
-            canon, _ = self.key_codec.encode(rows)
-            ok = canon.equals(qcanon.take(q))
-            if not ok.all():
-                keep = np.flatnonzero(ok)
-                rows, w, q, enc = rows.take(pa.array(keep)), w[keep], q[keep], enc.take(keep)
-        return Entries(rows, w, q), enc
-
-
-class _UniqueBase(RowLayout):
-    """Shared staging of the two unique layouts: at most one row per RocksDB key.
-
-    Uniqueness is checked against an in-memory set of the hashes of every stored key
-    (:class:`~joinstate._keyset.HashSet64`) when the index has one: a batch of new
-    single-copy rows whose hashes are all absent is written blindly, like bag appends.
-    Otherwise (retractions, a hash that is present, no set yet) the keys are read with
-    one multi-get.  The set exists from the start for an index that starts empty (the
-    usual case in population), and is built by one scan of the index once the reads it
-    would have saved reach the scan's price (ski rental, as for the probe cache).
-    """
-
-    unique_key: list[str]
-    keyset: HashSet64 | None
-    _rental: Rental
-
-    def reset(self) -> None:
-        """Rebuild the key set from the durable counters."""
-        self.init_keyset(self.store.counter(self.cf, "entries"))
-
-    def init_keyset(self, entries: int) -> None:
-        """Start the key set: empty and exact for an empty index, else built on demand."""
-        self.keyset = HashSet64() if entries == 0 else None
-        self._rental = Rental()
-
-    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
-        Bytes, np.ndarray
-    ]:
-        """The RocksDB key of each row, and its 64-bit hash for the key set."""
-        raise NotImplementedError
-
-    def check_derived(self) -> None:
-        """Every stored key must be in the key set (a stale extra hash only costs a read)."""
-        keyset = self.keyset
-        if keyset is None:
-            return
-        stored = self.stored_hashes()
-        if not keyset.contains(stored).all():
-            rebuilt = HashSet64()
-            rebuilt.add(stored)
-            self.keyset = rebuilt
-            raise StateCorruptedError(
-                f"{self.side} side: the in-memory key set of {self.cf} lacked stored keys (it "
-                "has been rebuilt); unique-key checks decided by it may have let duplicates "
-                "in: restore the store from a copy or repopulate it"
-            )
-
-    def stored_hashes(self) -> np.ndarray:
-        """The key-set hash of every stored row (one scan of the index)."""
-        raise NotImplementedError
-
-    def _keyset_for(self, n: int) -> HashSet64 | None:
-        if self.keyset is None:
-            entries = max(self.store.counter(self.cf, "entries"), 0)
-            if entries <= self.store.options.unique_filter_max_rows and \
-                    self._rental.rent(n * COST_UNIQUE_READ_US, entries * COST_SCAN_US):
-                keyset = HashSet64()
-                keyset.add(self.stored_hashes())
-                self.keyset = keyset
-        return self.keyset
-
-    def stage(
-        self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes, seq: int,
-        txn: Transaction,
-    ) -> None:
-        """Check the declared key and stage the writes (blindly when the key set allows)."""
-        skeys_b, h = self.store_keys(batch, rows, group_prefix)
-        w = batch.w[rows]
-        keyset = self._keyset_for(len(rows)) if (w == 1).all() else self.keyset
-        if keyset is not None and (w == 1).all() and not has_duplicates(h) \
-                and not keyset.contains(h).any():
-            n = len(rows)
-            txn.put_many(self.cf, skeys_b, batch.enc.take(rows))
-            txn.add(self.cf, "rows", n)
-            txn.add(self.cf, "entries", n)
-            txn.after_commit(lambda: keyset.add(h))
-            return
-        txn.note_read()
-        skeys = skeys_b.to_list()
-        firsts: dict[bytes, int] = {}
-        inv = np.fromiter((firsts.setdefault(k, len(firsts)) for k in skeys), np.int64, len(skeys))
-        gkeys = list(firsts)
-        existing = _rocks.multi_get(self.store.cf(self.cf), gkeys, self.store.path,
-                                    f"read {self.cf}")
-        enc_list = batch.enc.take(rows).to_list()
-        match = np.fromiter(
-            (e == existing[g] for e, g in zip(enc_list, inv.tolist(), strict=True)), bool, len(w)
-        )
-        final = w + match
-        bad = np.flatnonzero(final < 0)
-        if len(bad):
-            self._over_retraction(batch, int(rows[bad[0]]), int(match[bad[0]]),
-                                  int(final[bad[0]]))
-        present = np.array([v is not None for v in existing], dtype=bool)
-        matched_any = np.zeros(len(firsts), dtype=bool)
-        matched_any[inv[match]] = True
-        survivors = np.bincount(inv, weights=(final >= 1), minlength=len(firsts)).astype(np.int64)
-        survivors += present & ~matched_any
-        over = np.flatnonzero(final > 1)
-        crowded = np.flatnonzero(survivors > 1)
-        if len(over) or len(crowded):
-            r = rows[over[0]] if len(over) else rows[np.flatnonzero(inv == crowded[0])[0]]
-            what = self.unique_key
-            raise UniqueKeyViolationError(
-                f"{self.side} side: the batch would leave more than one row with unique key "
-                f"{what} = {describe_key(batch, int(r), what)}; an update must retract the "
-                "old row (weight -1) in the same or an earlier batch; nothing was applied"
-            )
-        put_rows = np.flatnonzero(final == 1)
-        puts = put_rows.tolist()
-        txn.put_many(self.cf, [skeys[i] for i in puts], [enc_list[i] for i in puts])
-        gone = present & matched_any
-        gone[inv[put_rows]] = False
-        for gi in np.flatnonzero(gone).tolist():
-            txn.delete(self.cf, gkeys[gi])
-        txn.add(self.cf, "rows", checked_sum(w, f"rows of {self.cf}"))
-        txn.add(self.cf, "entries",
-                int((~present[inv[put_rows]]).sum()) - int(gone.sum()))
-        if keyset is not None:
-            added = h[put_rows]
-            txn.after_commit(lambda: keyset.add(added))
-
-
-class KeyLayout(_UniqueBase):
-    """The join key is unique: at most one row per key, probed by multi-get."""
-
-    name = "key"
-    one_entry_per_key = True
-
-    def __init__(
-        self, store: Database, cf: str, side: str, key: Sequence[str],
-        key_codec: KeyCodec, row_codec: RowCodec, unique_key: Sequence[str],
-    ) -> None:
-        super().__init__(store, cf, side, key, key_codec, row_codec)
-        self.unique_key = list(unique_key)
-        self.init_keyset(store.counter(cf, "entries"))
-
-    @classmethod
-    def for_side(
-        cls, store: Database, cf: str, label: str, side: Side, key_codec: KeyCodec,
-        row_codec: RowCodec,
-    ) -> RowLayout:
-        """The key layout of ``side`` (its unique key is within its join key)."""
-        return cls(store, cf, label, side.key, key_codec, row_codec, side.unique_key or ())
-
-    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
-        Bytes, np.ndarray
-    ]:
-        """Prefix + canon; the key set holds the join key's xxh3 (the prefix)."""
-        return group_prefix, batch.khash[rows]
-
-    def stored_hashes(self) -> np.ndarray:
-        """The 8-byte prefixes of the stored keys."""
-        keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
-        if not keys:
-            return np.zeros(0, np.uint64)
-        heads = b"".join(k[:8] for k in keys)
-        return np.frombuffer(heads, dtype=">u8").astype(np.uint64)
-
-    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
-        """Stored entries whose join key is one of the (distinct) query keys."""
-        prefixes = Bytes.concat_rows([prefix_bytes(qhash), qcanon]).to_list()
-        got = _rocks.multi_get(self.store.cf(self.cf), prefixes, self.store.path,
-                               f"probe {self.cf}")
-        hit = [i for i, v in enumerate(got) if v is not None]
-        rows, w, _ = self.decode([got[i] for i in hit])
-        return Entries(rows, w, np.asarray(hit, dtype=np.int64))
-
-    def point_cost(self, nq: int, rows_per_key: float) -> float:
-        """Estimated µs to probe ``nq`` keys from RocksDB."""
-        return nq * COST_GET_US
-
-    def distinct_keys(self, entries: int) -> int:
-        """Distinct join keys stored."""
-        return entries
-
-
-class UniqueLayout(_UniqueBase):
-    """A unique row key other than the join key: key + unique key, prefix-probed."""
-
-    name = "unique"
-
-    def __init__(
-        self, store: Database, cf: str, side: str, key: Sequence[str],
-        key_codec: KeyCodec, row_codec: RowCodec, unique_key: Sequence[str],
-        unique_codec: KeyCodec,
-    ) -> None:
-        super().__init__(store, cf, side, key, key_codec, row_codec)
-        self.unique_key = list(unique_key)
-        self.unique_codec = unique_codec
-        self.init_keyset(store.counter(cf, "entries"))
-
-    @classmethod
-    def for_side(
-        cls, store: Database, cf: str, label: str, side: Side, key_codec: KeyCodec,
-        row_codec: RowCodec,
-    ) -> RowLayout:
-        """The unique layout of ``side``, with a codec for its unique key."""
-        uk = list(side.unique_key or ())
-        return cls(store, cf, label, side.key, key_codec, row_codec, uk,
-                   KeyCodec(uk, single_plan(side.schema, uk), label))
-
-    def store_keys(self, batch: PreparedBatch, rows: np.ndarray, group_prefix: Bytes) -> tuple[
-        Bytes, np.ndarray
-    ]:
-        """Prefix + canon + canon(unique key); hashed together for the key set."""
-        ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(rows)))
-        return Bytes.concat_rows([group_prefix, ucanon]), hash64(ucanon, batch.khash[rows])
-
-    def stored_hashes(self) -> np.ndarray:
-        """Re-encode the stored rows' keys (one scan and decode of the index)."""
-        rows, _, _ = self.scan()
-        canon, _ = self.key_codec.encode(rows)
-        ucanon, _ = self.unique_codec.encode(rows)
-        return hash64(ucanon, hash_prefix(canon))
-
-    def check_within(self, batch: PreparedBatch) -> None:
-        """Reject two rows (or two copies of one row) with one unique key in a batch.
-
-        Stored rows are checked against the batch per join key while staging (that read
-        is needed anyway).  A row inserted under another join key than a stored row with
-        the same unique key is *not* detected across batches: that would need a second
-        index (unique key -> join key) and a read per inserted row, doubling the write
-        cost of this layout.  The join output stays correct (rows are stored under
-        distinct keys and counted as a bag); only the promise goes unchecked.
-        """
-        for c in self.unique_key:
-            if batch.table.column(c).null_count:
-                raise SchemaMismatchError(
-                    f"{self.side} side: unique key column {c!r} has NULLs; a unique key "
-                    "must be non-null"
-                )
-        ins = np.flatnonzero(batch.w > 0)
-        if not len(ins):
-            return
-        ucanon, _ = self.unique_codec.encode(batch.table.take(pa.array(ins)))
-        groups = group_keys(hash64(ucanon), ucanon)
-        twice = np.flatnonzero(batch.w[ins] > 1)
-        if len(groups) < len(ins) or len(twice):
-            if len(twice):
-                r = int(ins[twice[0]])
-            else:
-                dup = np.flatnonzero(groups.first[groups.inv] != np.arange(len(ins)))
-                r = int(ins[dup[0]])
-            raise UniqueKeyViolationError(
-                f"{self.side} side: the batch inserts more than one row with unique key "
-                f"{self.unique_key} = {describe_key(batch, r, self.unique_key)}; "
-                "nothing was applied"
-            )
-
-    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> Entries:
-        """Stored entries whose join key is one of the (distinct) query keys."""
-        return self._prefix_probe(qcanon, qhash)[0]
 
 
 class BagLayout(RowLayout):
@@ -704,7 +289,7 @@ class BagLayout(RowLayout):
         """Summed count of each retracted row's entries, checking each holds that row."""
         if not ent_vals:
             return np.zeros(n, np.int64)
-        counts, stored = _split_counts(Bytes.from_list(ent_vals))
+        counts, stored = split_counts(Bytes.from_list(ent_vals))
         if not stored.equals(enc.take(ent_row)).all():
             msg = (f"{self.side} side: xxh3_128 collision or corrupt entry in {self.cf}; "
                    "verify the store (StateStore.verify())")
@@ -728,17 +313,6 @@ class BagLayout(RowLayout):
         # the RocksDB keys without decoding a single row.
         keys = _rocks.iter_keys(self.store.cf(self.cf), self.store.path, f"scan {self.cf}")
         return len({k[: -(_RH_BYTES + _SEQ_BYTES)] for k in keys})
-
-
-def _split_counts(values: Bytes) -> tuple[np.ndarray, Bytes]:
-    """Bag values -> (int64 counts, the encoded rows after them), vectorised."""
-    n = len(values)
-    count_pos = values.offsets[:-1, None] + np.arange(8, dtype=np.int64)
-    counts = np.ascontiguousarray(values.data[count_pos]).view("<i8").reshape(n)
-    keep = np.ones(len(values.data), dtype=bool)
-    keep[count_pos] = False
-    rows = Bytes(values.data[keep], values.offsets - 8 * np.arange(n + 1, dtype=np.int64))
-    return counts.astype(np.int64), rows
 
 
 def _flatten(found: list[list[tuple[bytes, bytes]]]) -> tuple[np.ndarray, list[bytes],
@@ -833,7 +407,6 @@ def _key_tails(keys: Bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return halves[:, 0].copy(), halves[:, 1].copy(), seq
 
 
-LAYOUTS: dict[str, type[RowLayout]] = {"key": KeyLayout, "unique": UniqueLayout, "bag": BagLayout}
 """Layout class by :attr:`joinstate.Side.layout`."""
 
 
@@ -854,4 +427,3 @@ def _merge_adjacent_entries(entries: Entries, enc: Bytes) -> Entries:
     first = np.flatnonzero(~same)
     gid = np.cumsum(~same) - 1
     return Entries(rows.take(pa.array(first)), sum_by(gid, w, len(first)), q[first])
-

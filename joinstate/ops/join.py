@@ -1,0 +1,89 @@
+"""The binary join operator: an equi-join of two streams, from their indexes.
+
+What a join outputs is :class:`joinstate.joinrule.JoinRule`'s to say (the rule
+:class:`joinstate.Join` and population's recompute apply too); this operator decides
+what to read:
+
+* An inner join with one changed input uses the classic rule ΔS ⋈ O: probe the other
+  input's index with the changed keys (:meth:`JoinOp.one_side`).
+* Any other join, or a push that changes both inputs (a self-join, a diamond),
+  recomputes the join on the changed keys only: read both inputs' stored rows of those
+  keys, and emit J(new) - J(old) for them (:meth:`JoinOp.recompute`).
+* Rows whose key is NULL never match: a preserved side emits them as they come.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from joinstate.joinrule import JoinRule
+from joinstate.ops.keyed import KeyedOperator
+from joinstate.zset import group_keys
+
+if TYPE_CHECKING:
+    from joinstate.nodes import JoinNode
+    from joinstate.ops.base import Delta, PushContext
+    from joinstate.physical import PhysicalPlan
+
+__all__ = ["JoinOp"]
+
+
+class JoinOp(KeyedOperator):
+    """Inner, left, right, full, left semi and left anti equi-joins."""
+
+    node: JoinNode
+
+    def __init__(self, node: JoinNode, plan: PhysicalPlan) -> None:
+        super().__init__(node, plan)
+        lmap = dict(zip(node.out_left, node.inputs[0].schema.names, strict=True))
+        rmap = (dict(zip(node.out_right, node.inputs[1].schema.names, strict=True))
+                if node.out_right else {})
+        sources = [(0, lmap[f.name]) if f.name in lmap else (1, rmap[f.name])
+                   for f in self.schema]
+        self.rule = JoinRule(node.how, self.schema, sources, node.label)
+
+    def push(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
+        """ΔS ⋈ O for an inner join with one changed input, else a recomputation."""
+        if self.node.how == "inner" and sum(d is not None for d in ins) == 1:
+            return self.one_side(ins, ctx)
+        return self.recompute(ins, ctx)
+
+    def one_side(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
+        """ΔS ⋈ O: probe the other input's index with the changed keys."""
+        s = 0 if ins[0] is not None else 1
+        d = ins[s]
+        assert d is not None
+        table, w = d
+        canon, khash, nn = self.keys(s, table)
+        if not len(nn):
+            return None
+        kg = group_keys(khash, canon)
+        inv = np.full(table.num_rows, -1, dtype=np.int64)
+        inv[nn] = kg.inv
+        r = self.readers[1 - s]
+        found = r.probe(ctx.index(r.plan), canon.take(kg.first), khash[kg.first])
+        if not len(found.w):
+            return None
+        parts = self.rule.pairs(table, w, inv, found, len(kg), s)
+        return parts[0] if parts else None
+
+    def recompute(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
+        """J(new) - J(old) over the keys that changed (any join type, any inputs changed)."""
+        keyed = self.keyed(ins)
+        parts: list[Delta] = []
+        both = self.old_and_new(keyed, ctx)
+        if both is not None:
+            sides_old, sides_new, g = both
+            parts += self.rule.join(sides_new[0], sides_new[1], g)
+            parts += [(t, -w) for t, w in self.rule.join(sides_old[0], sides_old[1], g)]
+        for pos, k in enumerate(keyed):
+            if k is None:
+                continue
+            table, w, _, _, nn = k
+            nulls = np.setdiff1d(np.arange(table.num_rows), nn)
+            if len(nulls):
+                parts += self.rule.null_keyed(table.take(pa.array(nulls)), w[nulls], pos)
+        return self.consolidated(parts)
