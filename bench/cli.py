@@ -9,6 +9,7 @@ A thin layer over library calls, for data engineers at a terminal::
     joinstate populate STATE_DIR JOIN --left ... --right ... --left-key ... --right-key ...
     joinstate drop STATE_DIR NAME --yes          delete a join (or pipeline) and its state
     joinstate plan --sql @q.sql --source NAME=PATH ...   the planner's decisions
+    joinstate view create|apply|read|inspect|verify|list STATE NAME ...   SQL views
     joinstate bench tpcds [--sf 0.01] [--spark] [--out DIR]   TPC-DS q4, report with charts
     joinstate bench SUITE [options]            every benchmark suite (core, q4, live ...)
     joinstate bench populate STATE_DIR ...     the population driver alone (synthetic data)
@@ -51,6 +52,7 @@ from bench.commands.plan import plan
 from bench.commands.populate import populate
 from bench.commands.store import drop, inspect, verify
 from bench.commands.suites import SUITES
+from bench.commands.view import view
 from population.cli import command as population_command
 
 if TYPE_CHECKING:
@@ -137,6 +139,10 @@ def cli(debug: bool) -> None:
           --right 'store_sales/*.parquet' --right-key ss_customer_sk --output out/
       joinstate drop state/ sales --yes         delete a join and all of its state
       joinstate plan --sql @q.sql --source customer=customer/ --source sales=sales/
+      joinstate view create state/ v --sql @v.sql --source sales=sales/ \\
+          --source customer=customer.parquet --unique customer=c_customer_sk
+      joinstate view apply state/ v sales changes.parquet    a change file into a table
+      joinstate view read state/ v --output v.parquet        what the view holds now
       joinstate bench tpcds --sf 0.01 --spark   TPC-DS q4 vs DuckDB, report with charts
 
     Errors are one line; exit status 2 (1 for corrupted state or a failed check).
@@ -161,7 +167,7 @@ def bench() -> None:
     """
 
 
-for _command in (inspect, verify, apply, populate, drop, plan):
+for _command in (inspect, verify, apply, populate, drop, plan, view):
     cli.add_command(_command)
 for _command in SUITES:
     bench.add_command(_command)

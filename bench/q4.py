@@ -208,24 +208,25 @@ def build_q4(store: joinstate.StateStore, name: str = "q4",
     six legs keep only the columns the final WHERE and select use; as filters and
     column picks of ``year_total`` they read one shared index of it on ``customer_id``.
     """
-    p = joinstate.Pipeline(store, name, share_indexes=share_indexes)
-    define_q4(p)
-    return p
+    return joinstate.Pipeline(store, name, define_q4(), share_indexes=share_indexes)
 
 
-def define_q4(p: joinstate.Pipeline) -> None:
-    """Add q4's sources, operators and outputs to an empty pipeline.
+def define_q4(retractions: str = "checked") -> joinstate.Graph:
+    """q4's graph: its sources, operators and outputs (see :func:`build_q4`).
 
-    Spark workers and stages rebuild the pipeline from this function.
+    Spark ships this graph to its tasks; ``joinstate apply --pipeline bench.q4:define_q4``
+    attaches it to a store.  ``retractions`` applies to every source (``"unchecked"``:
+    no row records, what ``bench source-check`` compares with).
     """
-    customer = p.source("customer", schema=SCHEMAS["customer"],
-                        unique_key=UNIQUE_KEYS["customer"])
-    date_dim = p.source("date_dim", schema=SCHEMAS["date_dim"],
-                        unique_key=UNIQUE_KEYS["date_dim"])
-    branches = [_channel_year_total(ch, p.source(ch.table, schema=SCHEMAS[ch.table]),
+    customer = joinstate.source("customer", schema=SCHEMAS["customer"],
+                                unique_key=UNIQUE_KEYS["customer"], retractions=retractions)
+    date_dim = joinstate.source("date_dim", schema=SCHEMAS["date_dim"],
+                                unique_key=UNIQUE_KEYS["date_dim"], retractions=retractions)
+    branches = [_channel_year_total(ch, joinstate.source(ch.table, schema=SCHEMAS[ch.table],
+                                                         retractions=retractions),
                                     customer, date_dim) for ch in CHANNELS]
     year_total = branches[0].union_all(*branches[1:])
-    p.output("year_total", year_total)
+    graph = joinstate.Graph().output("year_total", year_total)
 
     legs: dict[str, joinstate.Stream] = {}
     for leg, (sale_type, dyear, positive) in LEGS.items():
@@ -234,11 +235,11 @@ def define_q4(p: joinstate.Pipeline) -> None:
             cond = cond & (_f("year_total") > 0)
         keep = ANSWER_COLUMNS if leg == "t_s_secyear" else ["customer_id"]
         legs[leg] = year_total.filter(cond).select([*keep, "year_total"])
-    joined = p.join_all(legs, on="customer_id")
+    joined = joinstate.join_all(legs, on="customer_id")
     c_ratio = _ratio("t_c_firstyear", "t_c_secyear")
     where = ((c_ratio > _ratio("t_s_firstyear", "t_s_secyear"))
              & (c_ratio > _ratio("t_w_firstyear", "t_w_secyear")))
-    p.output("q4", joined.filter(where).select(
+    return graph.output("q4", joined.filter(where).select(
         {c: f"t_s_secyear_{c}" for c in ANSWER_COLUMNS}))
 
 

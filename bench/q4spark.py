@@ -72,7 +72,7 @@ def run(sf: float = 0.01, shards: int = 2, share: float = 0.001, seed: int = 0,
               f"{'matches DuckDB' if c['ok'] else 'DIFFERS FROM DuckDB'}", flush=True)
 
     try:
-        sp = spark_io.SparkPipeline(spark, q4.define_q4, tmp / "state", shards=shards,
+        sp = spark_io.SparkPipeline(spark, q4.define_q4(), tmp / "state", shards=shards,
                                     name="q4")
         res["stages"] = [s.get("name", str(s)) for s in sp.stages]
         frames = {n: _frame(spark, t, tmp / "in", n) for n, t in tables.items()}

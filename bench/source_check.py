@@ -38,16 +38,6 @@ from bench import q4
 __all__ = ["measure_live", "measure_population", "run_check", "to_markdown"]
 
 
-class _Unchecked(joinstate.Pipeline):
-    """A pipeline whose sources are all ``retractions="unchecked"`` (no row record)."""
-
-    def source(self, name: str, schema: pa.Schema, *, unique_key: Any = None,
-               retractions: str = "checked") -> joinstate.Stream:
-        """Every source unchecked, whatever the definition asks."""
-        del retractions
-        return super().source(name, schema, unique_key=unique_key, retractions="unchecked")
-
-
 def _record_facts(store: joinstate.StateStore) -> dict[str, int]:
     """Rows held, hash entries, value bytes and SST bytes of every row record."""
     cfs = [cf for cf in store.column_families() if cf.startswith("rows[")]
@@ -68,8 +58,8 @@ def _populate(tables: dict[str, pa.Table], checked: bool, workdir: Path,
     path = workdir / ("checked" if checked else "unchecked")
     shutil.rmtree(path, ignore_errors=True)
     with joinstate.StateStore(path) as store:
-        p = joinstate.Pipeline(store, "q4") if checked else _Unchecked(store, "q4")
-        q4.define_q4(p)
+        p = joinstate.Pipeline(store, "q4", q4.define_q4(
+            retractions="checked" if checked else "unchecked"))
         t0 = time.perf_counter()
         report = population.populate(p, sources=dict(tables), batch_rows=chunk_rows,
                                      progress=False)
@@ -118,9 +108,9 @@ def measure_live(rows: int = 200_000, batch: int = 1000, rounds: int = 3) -> dic
     out: dict[str, Any] = {}
     for mode in ("checked", "unchecked", "checked", "unchecked")[: 2 * max(1, rounds // 2)]:
         with tempfile.TemporaryDirectory() as d, joinstate.StateStore(Path(d) / "s") as store:
-            p = joinstate.Pipeline(store, "live")
-            src = p.source("t", schema, retractions=mode)
-            p.output("o", src.group_by("b").aggregate(s=("sum", "c"), n=("count", None)))
+            src = joinstate.source("t", schema, retractions=mode)
+            p = joinstate.Pipeline(store, "live", joinstate.Graph().output(
+                "o", src.group_by("b").aggregate(s=("sum", "c"), n=("count", None))))
             t0 = time.perf_counter()
             for s in range(0, rows, batch):
                 p.push("t", data.slice(s, batch))

@@ -55,19 +55,20 @@ def check_arguments(sf: float, strategies: Sequence[str], sizes: Sequence[float]
     Also checks, for ``spark=True``, that pyspark imports and Java can be found, so a
     run never fails after minutes of in-process work for want of them.
     """
-    from population.pipeline import PIPELINE_STRATEGIES
+    from population.driver import FACES
+    pipeline_strategies = FACES["pipeline"].strategies
 
     if not sf > 0:
         raise BenchArgumentError(f"--sf {sf!r}: the scale factor must be > 0 (e.g. 0.01)")
     if not strategies:
         raise BenchArgumentError(
-            f"--strategies is empty: give one or more of {', '.join(PIPELINE_STRATEGIES)}, "
+            f"--strategies is empty: give one or more of {', '.join(pipeline_strategies)}, "
             "comma-separated")
-    bad = [s for s in strategies if s not in PIPELINE_STRATEGIES]
+    bad = [s for s in strategies if s not in pipeline_strategies]
     if bad:
         raise BenchArgumentError(
             f"--strategies: {', '.join(map(repr, bad))} cannot populate a pipeline; choose "
-            f"from {', '.join(PIPELINE_STRATEGIES)} (bulk SST ingestion is for single joins)")
+            f"from {', '.join(pipeline_strategies)} (bulk SST ingestion is for single joins)")
     if len(set(strategies)) != len(strategies):
         raise BenchArgumentError(f"--strategies {','.join(strategies)}: a strategy is repeated")
     if not sizes:

@@ -80,7 +80,7 @@ def _preview(table: pa.Table, console: Console, limit: int = 10) -> None:
         console.print(f"... {table.num_rows - limit:,} more rows", markup=False)
 
 
-def _definition(spec: str) -> Callable[[joinstate.Pipeline], object]:
+def _definition(spec: str) -> Callable[[], object]:
     """The function ``--pipeline`` names: ``package.module:function`` or ``file.py:function``.
 
     A module is imported with the current directory on ``sys.path`` (as ``python -m``
@@ -119,26 +119,41 @@ def _definition(spec: str) -> Callable[[joinstate.Pipeline], object]:
     for part in attr.split("."):
         if not hasattr(target, part):
             raise CliError(f"--pipeline {spec}: {module_name!r} has no {attr!r}; name the "
-                           "function that defines the pipeline (e.g. define_q4)")
+                           "function that returns the pipeline's graph (e.g. define_q4)")
         target = getattr(target, part)
     if not callable(target):
         raise CliError(f"--pipeline {spec}: {attr!r} is a {type(target).__name__}, not a "
-                       "function taking a joinstate.Pipeline")
-    return cast("Callable[[joinstate.Pipeline], object]", target)
+                       "function returning a joinstate.Graph")
+    return cast("Callable[[], object]", target)
 
 
 def _attach_pipeline(store: joinstate.StateStore, name: str, spec: str) -> joinstate.Pipeline:
-    """Pipeline ``name`` of ``store``, rebuilt by the ``--pipeline`` function and compiled."""
+    """Pipeline ``name`` of ``store``: the graph the ``--pipeline`` function returns, attached.
+
+    The function takes no argument and returns a :class:`joinstate.Graph` (a function
+    that built the pipeline on a ``joinstate.Pipeline`` argument, as before the graph was
+    its own object, is refused with that remedy).
+    """
     define = _definition(spec)
-    facts = joinstate.Pipeline.describe(store, name)
-    p = joinstate.Pipeline(store, name, share_indexes=facts.get("share_indexes") is not False)
+    facts = joinstate.inspect.describe(store, name)
+    share = facts.get("share_indexes")
     try:
-        define(p)
+        graph = define()
     except joinstate.JoinStateError as exc:
         raise CliError(f"--pipeline {spec}: the definition failed: {exc}") from exc
+    except TypeError as exc:
+        raise CliError(f"--pipeline {spec}: calling it with no argument raised TypeError: "
+                       f"{one_line(str(exc))}; the function must take no argument and "
+                       "return a joinstate.Graph") from exc
     except Exception as exc:
         raise CliError(f"--pipeline {spec}: the definition raised {type(exc).__name__}: "
                        f"{one_line(str(exc))}") from exc
+    if not isinstance(graph, joinstate.Graph):
+        raise CliError(f"--pipeline {spec} returned {type(graph).__name__}, not a "
+                       "joinstate.Graph; the function must return the pipeline's graph "
+                       "(joinstate.Graph().output(...))")
+    p = joinstate.Pipeline(store, name, graph,
+                           share_indexes=share if isinstance(share, bool | dict) else True)
     try:
         p.compile()
     except joinstate.JoinSpecMismatchError as exc:
@@ -182,13 +197,13 @@ def _check_name(store: joinstate.StateStore, name: str, side: str, pipeline: str
     if pipeline is None and is_pipeline:
         raise CliError(
             f"{name!r} is a pipeline in {store.path}; pushing into its source {side!r} needs "
-            "its definition: add --pipeline module:function (the function that defines it "
-            "on a joinstate.Pipeline, e.g. bench.q4:define_q4)")
+            "its definition: add --pipeline module:function (the function that returns its "
+            "joinstate.Graph, e.g. bench.q4:define_q4)")
     if pipeline is not None and not is_pipeline:
         joins = store.joins()
         if name in joins:
             raise CliError(f"{name!r} is a join, not a pipeline; drop --pipeline")
-        pipelines = joinstate.Pipeline.stored_names(store)
+        pipelines = joinstate.inspect.stored_names(store)
         raise CliError(f"no pipeline {name!r} in {store.path} (pipelines: "
                        f"{', '.join(pipelines) or 'none'}; joins: {', '.join(joins) or 'none'})")
     if pipeline is None and side not in SIDES:
@@ -230,9 +245,10 @@ def _report_pipeline_apply(name: str, source: str, ins: int, dels: int,
 @click.argument("side", metavar="SIDE|SOURCE")
 @click.argument("changes", metavar="CHANGES.parquet")
 @click.option("--pipeline", "pipeline", metavar="MODULE:FUNCTION",
-              help="NAME is a pipeline: the function that defines it on a joinstate.Pipeline "
-              "(as it was created), e.g. bench.q4:define_q4 or defs.py:define.  Needed to "
-              "push into a pipeline's source; the store keeps the definition only as JSON.")
+              help="NAME is a pipeline: a function of no argument returning its "
+              "joinstate.Graph (as it was created), e.g. bench.q4:define_q4 or "
+              "defs.py:define.  Needed to push into a pipeline's source; the store keeps "
+              "the definition only as JSON.")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="Write the output change set here (Parquet): a file for a join, a "
               "directory for a pipeline (one <output>.parquet per output).")

@@ -127,7 +127,7 @@ def plan(sql: str | None, sources: tuple[str, ...], uniques: tuple[str, ...],
                 raise CliError("--sql: " + in_flags(str(exc), [
                     ("pass it in `sources`", "give it with --source NAME=PATH")])) from exc
             used = {n: s for n, s in stats.items() if n in p.sources}
-            result = planner.plan_pipeline(p, used)
+            result = planner.plan_population(p, used)
             pipeline_text = p.explain()
     else:
         if not (left and right and left_key and right_key):

@@ -89,6 +89,8 @@ def _populate_terms(path: Path, name: str) -> list[tuple[str, str]]:
         ("resume=True", "--resume"), ("batch_rows=", "--batch-rows "),
         ("batch_rows ", "--batch-rows "), ("strategy=", "--strategy "),
         ("order=", "--order "), ("these arguments", "these flags"),
+        ("the input of the left side", "the --left input"),
+        ("the input of the right side", "the --right input"),
         ("the left side's input", "the --left input"),
         ("the right side's input", "the --right input"),
         ("the left side's", "--left's"), ("the right side's", "--right's"),

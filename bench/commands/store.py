@@ -49,9 +49,9 @@ def _inspect(path: Path) -> dict[str, list[dict[str, Any]]]:
                 "summary": join.summary(stats),
             })
         pipelines = []
-        for name in joinstate.Pipeline.stored_names(store):
-            facts = joinstate.Pipeline.describe(store, name)
-            facts["summary"] = joinstate.Pipeline.summary_of(facts)
+        for name in joinstate.inspect.stored_names(store):
+            facts = joinstate.inspect.describe(store, name)
+            facts["summary"] = joinstate.inspect.summary_of(facts)
             pipelines.append(facts)
         return {"joins": joins, "pipelines": pipelines}
 
@@ -196,7 +196,7 @@ def drop(state_dir: Path, name: str, yes: bool) -> int:
         elif store.meta_get(pipeline_spec_key(name)) is not None:
             kind = "pipeline"
         else:
-            pipelines = joinstate.Pipeline.stored_names(store)
+            pipelines = joinstate.inspect.stored_names(store)
             raise CliError(f"no join or pipeline {name!r} in {path} (joins: "
                            f"{', '.join(store.joins()) or 'none'}; pipelines: "
                            f"{', '.join(pipelines) or 'none'})")

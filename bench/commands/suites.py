@@ -38,7 +38,9 @@ from bench.commands.options import (
     strategies_option,
     workdir_option,
 )
-from population.pipeline import PIPELINE_STRATEGIES
+from population.driver import FACES
+
+PIPELINE_STRATEGIES = FACES["pipeline"].strategies
 
 if TYPE_CHECKING:
     from click import Command
