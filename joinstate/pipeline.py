@@ -60,6 +60,7 @@ from joinstate.names import (
 from joinstate.nodes import Node, SourceNode
 from joinstate.ops import OperatorBase, PushContext, operator_for
 from joinstate.ops.aggregate import AggregateOp
+from joinstate.ops.base import Strategies
 from joinstate.ops.source import SourceOp
 from joinstate.physical import PhysicalPlan, check_sharing
 from joinstate.schema import WEIGHT, conform_delta
@@ -252,6 +253,21 @@ class Pipeline:
         self._source(name)
         self.compile()
         return [self._index[id(ip)].info() for ip in self.physical.written_by(name)]
+
+    def recompute_candidates(self, source: str) -> dict[str, list[IndexInfo]]:
+        """Operators a push to ``source`` reaches that have a recompute path, by label.
+
+        Each with views of the indexes that path would scan (the planner's cost input).
+        """
+        start = self._source(source)
+        self.compile()
+        reach = self._reachable(start.id)
+        out: dict[str, list[IndexInfo]] = {}
+        for nid, op in self._ops.items():
+            if nid in reach and op.recomputable:
+                changed = [i.id in reach for i in op.node.inputs]
+                out[op.node.label] = [i.info() for i in op.scanned_indexes(self._index, changed)]
+        return out
 
     def operator_rows(self) -> dict[str, int]:
         """Rows of change each operator produced since this object was created, by label.
@@ -490,7 +506,7 @@ class Pipeline:
         self, source: str, delta: pa.Table | pa.RecordBatch, *, commit_id: str | None = None,
         progress: bytes | None = None,
         before_commit: Callable[[dict[str, pa.Table]], object] | None = None,
-        sink: BulkSink | None = None,
+        sink: BulkSink | None = None, strategies: Strategies | Mapping[str, str] | None = None,
     ) -> dict[str, pa.Table]:
         """Apply a change set to ``source``; return every output's change set.
 
@@ -505,6 +521,10 @@ class Pipeline:
         written (if it raises, nothing is written).  ``sink`` is refused
         (:class:`~joinstate.errors.BulkWriteRefused`): a push reads the state its
         operators keep, which a bulk sink's pending writes would hide from it.
+        ``strategies``: per operator label, ``"incremental"`` (the default) or
+        ``"recompute"`` (read its input state by whole-index scans: same output and
+        state); a :class:`~joinstate.ops.base.Strategies` also receives every operator's
+        timed run.
 
         A source refuses a retraction of a row it does not hold (see
         :func:`joinstate.source`).
@@ -524,6 +544,9 @@ class Pipeline:
                 f"pipeline {self.name!r}, source {source!r}: a push reads the state its "
                 "operators keep, so it cannot be bulk-written; nothing was written")
         self.compile()
+        chosen = Strategies.of(strategies)
+        chosen.check({op.node.label: op for op in self._ops.values()},
+                     f"pipeline {self.name!r}, push to {source!r}")
         with store.lock:
             table, w = conform_delta(src.schema, delta, f"source {source!r}")
             change = b"" if commit_id is None else commits.digest(source, table, w)
@@ -533,7 +556,7 @@ class Pipeline:
                 return replayed
             store.require_writable(f"push to source {source!r} of pipeline {self.name!r}")
             txn = Transaction(store)
-            ctx = PushContext(txn, self._index, self.name, f"this push to {source!r}")
+            ctx = PushContext(txn, self._index, self.name, f"this push to {source!r}", chosen)
             first = self._ops[src.id].push([(table, w)], ctx)
             outs = self._run({src.id: first} if first is not None else {}, ctx)
             if self._initial is not None and w.any():
@@ -578,7 +601,7 @@ class Pipeline:
             out: Delta | None = None
             if any(d is not None for d in ins):
                 with ctx.expression_errors(_what(node)):
-                    out = op.push(ins, ctx)
+                    out = ctx.run(op, ins)
                 if out is not None and len(out[1]):
                     produced = int(np.abs(out[1]).sum())
                     ctx.txn.after_commit(functools.partial(self._count, nid, produced))

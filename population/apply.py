@@ -15,18 +15,34 @@ planner (:func:`planner.batch.record_batch`: one small metadata write), so later
 decisions use measured costs; a replayed ``commit_id`` and a failed apply record
 nothing.
 
-A target without a recompute path (:func:`population.recompute.unavailable`: pipelines,
-so far) is decided ``incremental`` by ``"auto"`` (the decision says why) and refuses
-``"recompute"`` with :class:`PopulationError`.
+A pipeline is decided per operator (:func:`planner.batch.decide_operators`): each join,
+``join_all`` and window the push reaches reads its input state by key (``incremental``)
+or by one scan of each index it reads (``recompute``), whichever the planner estimates
+cheaper for the rows reaching it; ``"incremental"`` and ``"recompute"`` put every such
+operator on that path.  The push is one transaction either way (same output, state,
+commit record and errors), and each operator's measured time is recorded for later
+decisions (:func:`planner.batch.record_operators`).  The report lists the operators'
+decisions (``operators``) and :meth:`ApplyReport.explain` shows each with its reason.
+
+A target without a recompute path (:func:`population.recompute.unavailable`) is decided
+``incremental`` by ``"auto"`` (the decision says why) and refuses ``"recompute"`` with
+:class:`PopulationError`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal, cast, get_args
 
-from planner.batch import batch_context, record_batch, scanned_rows
+from joinstate.ops import Strategies
+from planner.batch import (
+    batch_context,
+    decide_operators,
+    record_batch,
+    record_operators,
+    scanned_rows,
+)
 from planner.rule import Decision
 from planner.rules.recompute import RecomputeRule
 from population.driver import face_of
@@ -38,6 +54,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    import joinstate
     from joinstate.maintained import Maintained
 
 __all__ = ["ApplyReport", "ApplyStrategy", "apply", "apply_batch"]
@@ -65,11 +82,20 @@ class ApplyReport:
     ms: float
     replayed: bool = False
     phases: Mapping[str, float] = field(default_factory=dict)
+    operators: tuple[Decision, ...] = ()
+    operator_ms: Mapping[str, float] = field(default_factory=dict)
 
     def explain(self) -> str:
-        """One paragraph for a person: path, time, and the reason with its figures."""
+        """For a person: path, time, the reason with its figures; per operator for a pipeline."""
         done = "replayed a committed batch" if self.replayed else f"{self.strategy}"
-        return f"{self.decision.subject}: {done} in {self.ms:,.1f} ms. {self.decision.reason}"
+        head = f"{self.decision.subject}: {done} in {self.ms:,.1f} ms. {self.decision.reason}"
+        lines = [head]
+        for d in self.operators:
+            label = str(d.figures.get("operator", d.subject))
+            ran = self.operator_ms.get(label)
+            took = f" (ran in {ran:,.1f} ms)" if ran is not None else ""
+            lines.append(f"  operator {label}: {d.choice}{took}. {d.reason}")
+        return "\n".join(lines)
 
 
 def apply(
@@ -101,6 +127,9 @@ def apply_batch(
     if strategy not in _STRATEGIES:
         raise PopulationError(f"strategy={strategy!r} must be one of {_STRATEGIES}")
     face = face_of(target)
+    if target.kind == "pipeline":
+        return _apply_pipeline(cast("joinstate.Pipeline", target), side_or_source, delta,
+                               strategy, commit_id)
     context = batch_context(target, side_or_source, delta,
                             recompute_unavailable=unavailable(target))
     planned = RecomputeRule().apply(context)[0]
@@ -128,3 +157,45 @@ def apply_batch(
         record_batch(target, side_or_source, chosen, context.batch_rows, scanned, ms,
                      phases.get("scan_ms", 0.0))
     return ApplyReport(face.value(target, outs), chosen, decision, ms, replayed, phases)
+
+
+def _apply_pipeline(pipeline: joinstate.Pipeline, source: str, delta: pa.Table | pa.RecordBatch,
+                    strategy: str, commit_id: str | None) -> ApplyReport:
+    """A pipeline push with a path chosen per operator (see the module docstring)."""
+    face = face_of(pipeline)
+    planned = decide_operators(pipeline, source, delta)
+    if strategy == "auto":
+        decisions = planned
+    else:
+        decisions = [Decision(d.topic, d.subject, strategy,
+                              f"{strategy}: fixed by the caller (the planner would choose "
+                              f"{d.reason})", d.figures, d.rule) for d in planned]
+    choices = {str(d.figures["operator"]): str(d.choice) for d in decisions}
+    on = sorted(label for label, c in choices.items() if c == "recompute")
+    overall = ("recompute" if on and len(on) == len(choices) else
+               f"recompute for {', '.join(on)}, incremental for the rest" if on else
+               "incremental")
+    reason = (f"{len(choices)} operator(s) with a choice; "
+              + (f"recompute: {', '.join(on)}" if on else "all incremental")
+              if choices else "no operator the push reaches reads its input state by key")
+    decision = Decision(planned[0].topic if planned else "batch_strategy",
+                        f"pipeline {pipeline.name!r}, source {source!r}", overall,
+                        f"{reason} (per operator below)",
+                        {"batch_rows": delta.num_rows, "operators": choices},
+                        "recompute")
+    replayed = commit_id is not None and pipeline.committed(commit_id)
+    chosen = Strategies(choices)
+    t0 = time.perf_counter()
+    outs = pipeline.push(source, delta, commit_id=commit_id, strategies=chosen)
+    ms = (time.perf_counter() - t0) * 1e3
+    if not replayed and delta.num_rows:
+        record_operators(pipeline, source, delta.num_rows, chosen.runs)
+        if overall in ("incremental", "recompute"):  # the whole push, as for a join
+            record_batch(pipeline, source, overall, delta.num_rows,
+                         sum(r.scanned_rows for r in chosen.runs.values()), ms,
+                         sum(r.scan_ms for r in chosen.runs.values()))
+    runs = {label: run.ms for label, run in chosen.runs.items() if label in choices}
+    scan_ms = sum(run.scan_ms for run in chosen.runs.values())
+    phases = {"scan_ms": scan_ms} if scan_ms else {}
+    return ApplyReport(face.value(pipeline, outs), overall, decision, ms, replayed, phases,
+                       tuple(decisions), runs)

@@ -1,5 +1,11 @@
 """Apply a change batch to a join from snapshots: scans and hash joins instead of probes.
 
+(A pipeline's recompute path is per operator: each join, ``join_all`` and window reads
+its input state by one scan of each index instead of by key and computes the same
+change set from it, inside the push's one transaction; :func:`recompute_change` runs a
+push with every such operator on it, ``population.apply`` chooses per operator.  What
+follows is the single join's.)
+
 The incremental path of :meth:`joinstate.Join.push` reads, per distinct key of the
 batch, the other side's rows (a multi-get or a prefix iteration, or its probe cache) and
 this side's degree.  This path reads whole snapshots instead and computes the batch's
@@ -48,6 +54,7 @@ import pyarrow.compute as pc
 
 from joinstate import WEIGHT, StateClosedError, WeightOverflowError
 from joinstate.joinrule import Crossings, Entries
+from joinstate.ops import Strategies
 from joinstate.zset import checked_add, checked_sum_by
 from population.errors import PopulationError
 
@@ -70,16 +77,37 @@ def _join_change(target: Maintained, input_name: str, delta: pa.Table | pa.Recor
     return {join.name: recompute(join, side, delta, commit_id=commit_id, timings=timings)}
 
 
-RECOMPUTE: dict[str, Callable[..., dict[str, pa.Table]]] = {"join": _join_change}
-"""The recompute path of each kind of maintained target (``target.kind``)."""
+def _pipeline_change(target: Maintained, input_name: str, delta: pa.Table | pa.RecordBatch,
+                     *, commit_id: str | None, timings: dict[str, float] | None
+                     ) -> dict[str, pa.Table]:
+    """A pipeline push with every operator that has a recompute path on it.
+
+    The operators (joins, ``join_all``, windows) read their input state by whole-index
+    scans instead of by key (:meth:`joinstate.ops.base.PushContext.probe`); the rest of
+    the push, its one transaction and its commit record are the push's own.
+    """
+    pipeline = cast("joinstate.Pipeline", target)  # the "pipeline" entry of RECOMPUTE
+    chosen = Strategies({label: "recompute"
+                         for label in pipeline.recompute_candidates(input_name)})
+    outs = pipeline.push(input_name, delta, commit_id=commit_id, strategies=chosen)
+    if timings is not None:
+        timings["scan_ms"] = sum(r.scan_ms for r in chosen.runs.values())
+    return outs
+
+
+RECOMPUTE: dict[str, Callable[..., dict[str, pa.Table]]] = {
+    "join": _join_change, "pipeline": _pipeline_change}
+"""The recompute path of each kind of maintained target (``target.kind``).
+
+A pipeline's is per operator (``population.apply`` chooses it per operator and batch);
+this entry puts every operator that has one on it."""
 
 
 def unavailable(target: Maintained) -> str | None:
     """Why ``target`` has no recompute path (None: it has one)."""
     if target.kind in RECOMPUTE:
         return None
-    return (f"{target.kind}s have no recompute path (each operator's state would have to be "
-            "rebuilt from its inputs' snapshots)")
+    return f"{target.kind}s have no recompute path"
 
 
 def recompute_change(target: Maintained, input_name: str, delta: pa.Table | pa.RecordBatch,

@@ -25,7 +25,15 @@ from joinstate.nodes import (
     WindowNode,
 )
 from joinstate.ops.aggregate import AggregateOp
-from joinstate.ops.base import Delta, Operator, OperatorBase, PushContext
+from joinstate.ops.base import (
+    STRATEGIES,
+    Delta,
+    Operator,
+    OperatorBase,
+    OperatorRun,
+    PushContext,
+    Strategies,
+)
 from joinstate.ops.check import CheckOp
 from joinstate.ops.filter import FilterOp
 from joinstate.ops.join import JoinOp
@@ -39,7 +47,8 @@ from joinstate.ops.window import WindowOp
 if TYPE_CHECKING:
     from joinstate.physical import PhysicalPlan
 
-__all__ = ["OPERATORS", "Delta", "Operator", "OperatorBase", "PushContext", "operator_for"]
+__all__ = ["OPERATORS", "STRATEGIES", "Delta", "Operator", "OperatorBase", "OperatorRun",
+           "PushContext", "Strategies", "operator_for"]
 
 OPERATORS: dict[type[Node], type[OperatorBase]] = {
     SourceNode: SourceOp,

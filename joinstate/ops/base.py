@@ -11,6 +11,15 @@ a :class:`PushContext`; it returns its output's change set, staging any write in
 push's one transaction through the context, so a failure anywhere changes nothing.
 Reads see the state before the push, which is what the delta rules assume.
 
+Operators whose reads grow with the change (a join probing its inputs' indexes per
+changed key, a window re-reading each touched partition) have two ways to read: by key
+(``incremental``: point reads, prefix iterations, or the index's own probe cache) and by
+one scan of the whole index with one hash lookup of the changed keys (``recompute``:
+:func:`scan_probe`).  Both return the same entries, so the operator computes the
+same change set from them and stages the same writes; which one runs is chosen per push
+and per operator (:class:`Strategies`, by label), and every operator's run is timed
+(:meth:`PushContext.run`) so that a planner can learn what each way costs.
+
 :class:`OperatorBase` holds what every operator shares (its node, columns and schema,
 row consolidation); an operator without state of its own inherits its no-op defaults.
 """
@@ -20,30 +29,97 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Protocol
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from joinstate._probe import Entries
 from joinstate.codec import RowCodec
-from joinstate.errors import ExpressionError
+from joinstate.errors import ExpressionError, SchemaMismatchError
 from joinstate.keys import row_hash
 from joinstate.schema import WEIGHT
 from joinstate.zset import consolidate
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
+    from joinstate._bytes import Bytes
     from joinstate._index import Index
     from joinstate.db import Database
     from joinstate.nodes import Node
     from joinstate.physical import IndexPlan, PhysicalPlan
     from joinstate.transaction import Transaction
 
-__all__ = ["Delta", "Operator", "OperatorBase", "PushContext", "as_schema"]
+__all__ = ["STRATEGIES", "Delta", "Operator", "OperatorBase", "OperatorRun", "PushContext",
+           "Strategies", "Strategy", "as_schema", "scan_probe"]
 
 Delta = tuple[pa.Table, np.ndarray]
 """A change set inside a push: rows (the node's needed columns) and their weights."""
+
+Strategy = Literal["incremental", "recompute"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+
+
+@dataclass
+class OperatorRun:
+    """What one operator did in one push: its path, the rows it got, what it read, ms.
+
+    ``rows_in``: rows of its inputs' change sets (with multiplicity); ``scanned_rows``
+    and ``scan_ms``: rows its recompute path read by whole-index scans and the time
+    spent reading them (0 on the incremental path); ``ms``: its whole push.
+    """
+
+    strategy: str
+    rows_in: int
+    ms: float = 0.0
+    scanned_rows: int = 0
+    scan_ms: float = 0.0
+
+
+class Strategies:
+    """The per-push choice ``{operator label: "incremental" | "recompute"}``, and its runs.
+
+    Operators not named read incrementally.  :attr:`runs` receives, per operator that
+    ran in the push, its :class:`OperatorRun` (filled as the push runs, so a failed
+    push leaves the runs of the operators that ran before the failure).
+    """
+
+    __slots__ = ("choices", "runs")
+
+    def __init__(self, choices: Mapping[str, str] | None = None) -> None:
+        self.choices: dict[str, str] = dict(choices or {})
+        self.runs: dict[str, OperatorRun] = {}
+
+    @classmethod
+    def of(cls, given: Strategies | Mapping[str, str] | None) -> Strategies:
+        """``given`` as a :class:`Strategies` (a mapping is wrapped; None: all incremental)."""
+        return given if isinstance(given, Strategies) else cls(given)
+
+    def check(self, ops: Mapping[str, OperatorBase], what: str) -> None:
+        """Refuse a choice naming no operator, an unknown strategy, or a missing path."""
+        for label, choice in self.choices.items():
+            if choice not in STRATEGIES:
+                raise SchemaMismatchError(
+                    f"{what}: strategy {choice!r} for operator {label!r} must be one of "
+                    f"{STRATEGIES}; nothing was applied")
+            op = ops.get(label)
+            if op is None:
+                raise SchemaMismatchError(
+                    f"{what}: strategies name operator {label!r}, which the pipeline does not "
+                    f"have (its operators: {sorted(ops)}); nothing was applied")
+            if choice == "recompute" and not op.recomputable:
+                raise SchemaMismatchError(
+                    f"{what}: operator {label!r} has no recompute path (only the joins, "
+                    "join_all and windows read their input state by key); choose "
+                    "'incremental' for it; nothing was applied")
+
+    def choice(self, label: str) -> str:
+        """The path chosen for operator ``label``."""
+        return self.choices.get(label, "incremental")
 
 
 class PushContext:
@@ -53,10 +129,11 @@ class PushContext:
     masks of sibling filters evaluated together), dropped when the push ends.
     """
 
-    __slots__ = ("_indexes", "blame", "pipeline", "scratch", "staged", "txn")
+    __slots__ = ("_indexes", "_run", "blame", "pipeline", "scratch", "staged", "strategies",
+                 "txn")
 
     def __init__(self, txn: Transaction, indexes: Mapping[int, Index], pipeline: str,
-                 blame: str) -> None:
+                 blame: str, strategies: Strategies | None = None) -> None:
         self.txn = txn
         self._indexes = indexes
         self.pipeline = pipeline
@@ -64,6 +141,43 @@ class PushContext:
         self.scratch: dict[object, object] = {}
         self.staged: set[int] = set()
         """Ids of the index plans already staged in this push."""
+        self.strategies = strategies if strategies is not None else Strategies()
+        self._run: OperatorRun | None = None
+
+    def run(self, op: OperatorBase, ins: list[Delta | None]) -> Delta | None:
+        """``op.push(ins, self)`` on the path chosen for it, timed into :attr:`strategies`."""
+        label = op.node.label
+        rows_in = sum(int(np.abs(d[1]).sum()) for d in ins if d is not None)
+        run = self._run = OperatorRun(self.strategies.choice(label), rows_in)
+        t0 = time.perf_counter()
+        try:
+            return op.push(ins, self)
+        finally:
+            run.ms = (time.perf_counter() - t0) * 1e3
+            self.strategies.runs[label] = run
+            self._run = None
+
+    def recomputes(self, op: OperatorBase) -> bool:
+        """Whether ``op`` reads by whole-index scans in this push."""
+        return self.strategies.choice(op.node.label) == "recompute"
+
+    def probe(self, op: OperatorBase, index: Index, qcanon: Bytes, qhash: np.ndarray
+              ) -> Entries:
+        """``index.probe(qcanon, qhash)``, read the way ``op``'s path says.
+
+        Incremental: the index's probe (point reads, prefix iterations, or its probe
+        cache).  Recompute: :func:`scan_probe`, one scan of the whole index; an index
+        already holding its probe cache is probed there (nothing to scan).  The same
+        entries either way: one per distinct stored row, weights summed.
+        """
+        if not self.recomputes(op) or index.cache is not None or not len(qhash):
+            return index.probe(qcanon, qhash)
+        t0 = time.perf_counter()
+        found = scan_probe(index, qcanon)
+        if self._run is not None:
+            self._run.scanned_rows += index.rows
+            self._run.scan_ms += (time.perf_counter() - t0) * 1e3
+        return found
 
     def index(self, plan: IndexPlan) -> Index:
         """The opened index of ``plan``."""
@@ -148,6 +262,17 @@ class OperatorBase(abc.ABC):
         """Indexes of its own state (verified, saved and settled by the runtime)."""
         return []
 
+    recomputable: bool = False
+    """Whether it has a recompute path (reads its input state by whole-index scans)."""
+
+    def scanned_indexes(self, indexes: Mapping[int, Index], changed: Sequence[bool]
+                        ) -> list[Index]:
+        """The indexes its recompute path scans when the inputs ``changed`` change.
+
+        ``indexes``: the runtime's opened indexes, by id of their plan.
+        """
+        return []
+
     def explain_state(self) -> list[str]:
         """Lines ``explain`` shows about its own state and what a push costs."""
         return []
@@ -173,6 +298,31 @@ class OperatorBase(abc.ABC):
         w = np.concatenate([w for _, w in parts])
         idx, sums = self.consolidate(table, w)
         return table.take(pa.array(idx)), sums
+
+
+def scan_probe(index: Index, qcanon: Bytes) -> Entries:
+    """What ``index.probe`` returns for the distinct keys ``qcanon``, by one whole scan.
+
+    Every stored entry is read in one pass (no seek per key), the keys of all of them
+    are encoded, and one Arrow hash lookup (``index_in``) tags each with its query (or
+    none); only the entries found are consolidated (a bag holds a row inserted by
+    several batches as several entries; a probe returns it once, weights summed).  No
+    per-row Python, and nothing kept: the index's probe cache is its policy's business.
+    """
+    rows, w, enc = index.layout.scan()
+    if not len(w):
+        return Entries(index.schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    canon, _ = index.key_codec.encode(rows)
+    found = pc.index_in(canon.arrow(), value_set=qcanon.arrow())
+    q = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    hit = np.flatnonzero(q >= 0)
+    if not len(hit):
+        return Entries(rows.slice(0, 0), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    henc = enc.take(hit)
+    first, sums = consolidate(row_hash(henc), henc, w[hit],
+                              f"{index.cf}: the summed weight of a row")
+    pick = hit[first]
+    return Entries(rows.take(pa.array(pick)), sums, q[pick])
 
 
 def as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -10,6 +10,10 @@ what to read:
   recomputes the join on the changed keys only: read both inputs' stored rows of those
   keys, and emit J(new) - J(old) for them (:meth:`JoinOp.recompute`).
 * Rows whose key is NULL never match: a preserved side emits them as they come.
+
+Either way the stored rows are read by key, or, on the recompute path, by one scan of
+each index read (:meth:`~joinstate.ops.base.PushContext.probe`): the same rows, so the
+same output.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from joinstate.ops.keyed import KeyedOperator
 from joinstate.zset import group_keys
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from joinstate._index import Index
     from joinstate.nodes import JoinNode
     from joinstate.ops.base import Delta, PushContext
     from joinstate.physical import PhysicalPlan
@@ -45,6 +52,13 @@ class JoinOp(KeyedOperator):
                    for f in self.schema]
         self.rule = JoinRule(node.how, self.schema, sources, node.label)
 
+    def scanned_indexes(self, indexes: Mapping[int, Index], changed: Sequence[bool]
+                        ) -> list[Index]:
+        """The other input's index when one input of an inner join changes, else both."""
+        if self.node.how == "inner" and sum(changed) == 1:
+            return [indexes[id(self.readers[1 - list(changed).index(True)].plan)]]
+        return super().scanned_indexes(indexes, changed)
+
     def push(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
         """ΔS ⋈ O for an inner join with one changed input, else a recomputation."""
         if self.node.how == "inner" and sum(d is not None for d in ins) == 1:
@@ -64,7 +78,9 @@ class JoinOp(KeyedOperator):
         inv = np.full(table.num_rows, -1, dtype=np.int64)
         inv[nn] = kg.inv
         r = self.readers[1 - s]
-        found = r.probe(ctx.index(r.plan), canon.take(kg.first), khash[kg.first])
+        index = ctx.index(r.plan)
+        found = r.select(ctx.probe(self, index, canon.take(kg.first), khash[kg.first]),
+                         index.schema)
         if not len(found.w):
             return None
         parts = self.rule.pairs(table, w, inv, found, len(kg), s)

@@ -4,7 +4,8 @@ A join and a ``join_all`` read their inputs through the physical plan's readers.
 push they need each changed input's canonical keys (under the operator's key plan) and,
 for the keys that changed, every input's rows before and after the push
 (:meth:`KeyedOperator.old_and_new`), probing an index read by several inputs (legs
-filtered from one stream) once and evaluating its readers' filters in one pass.
+filtered from one stream) once and evaluating its readers' filters in one pass.  On
+the recompute path each index read is scanned whole instead of probed by key.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from joinstate.physical import first_masks
 from joinstate.zset import group_keys
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from joinstate._index import Index
     from joinstate.nodes import JoinAllNode, JoinNode
     from joinstate.physical import IndexPlan, PhysicalPlan, Reader
 
@@ -41,6 +45,19 @@ class KeyedOperator(OperatorBase):
         n = len(node.inputs)
         self.readers: list[Reader] = [plan.readers[(node.id, pos)] for pos in range(n)]
         self.codecs = [plan.codecs[(node.id, pos)] for pos in range(n)]
+
+    recomputable = True
+
+    def explain_state(self) -> list[str]:
+        """How its pushes read: by key, or by whole-index scans when chosen per batch."""
+        return [f"{self.node.label}: reads its inputs' indexes by key (incremental) or by "
+                "one scan of each (recompute), chosen per batch and operator by "
+                "population.apply"]
+
+    def scanned_indexes(self, indexes: Mapping[int, Index], changed: Sequence[bool]
+                        ) -> list[Index]:
+        """Every index its inputs read, each once (legs of one stream share one)."""
+        return [indexes[id(ip)] for ip in self.reads()]
 
     def reads(self) -> list[IndexPlan]:
         """The indexes its inputs are read from (one per input, some shared)."""
@@ -87,7 +104,7 @@ class KeyedOperator(OperatorBase):
         masks: dict[int, np.ndarray] = {}
         for r in readers:
             if id(r.plan) not in probed:
-                probed[id(r.plan)] = raw = ctx.index(r.plan).probe(qcanon, qhash)
+                probed[id(r.plan)] = raw = ctx.probe(self, ctx.index(r.plan), qcanon, qhash)
                 masks.update(first_masks(raw, [s for s in readers if s.plan is r.plan]))
         olds: list[Entries] = []
         news: list[Entries] = []

@@ -28,7 +28,8 @@ held there, whatever the size of the change: a change of one row of a window wit
 PARTITION BY reads every row (from the index's in-memory probe cache once the index
 decides that scanning is cheaper than seeking, as a join's index does).  The output is
 as large as the window values that change: a SUM over a partition changes on every row
-of it.
+of it.  On the recompute path (chosen per push) the touched partitions are read by one
+scan of the whole index instead of by key: cheaper when the change touches most of them.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from joinstate.side import Side
 from joinstate.zset import consolidate
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from joinstate._probe import Entries
     from joinstate.batch import PreparedBatch
     from joinstate.db import Database
@@ -118,6 +121,13 @@ class WindowOp(OperatorBase):
         """The index this operator keeps (the runtime verifies and saves it)."""
         return [self.index] if self.index is not None else []
 
+    recomputable = True
+
+    def scanned_indexes(self, indexes: Mapping[int, Index], changed: Sequence[bool]
+                        ) -> list[Index]:
+        """Its own index: the recompute path reads every partition in one scan."""
+        return [self.state()]
+
     def explain_state(self) -> list[str]:
         """Where the rows are, and what a change costs (rows per touched partition)."""
         idx = self.state()
@@ -130,7 +140,8 @@ class WindowOp(OperatorBase):
         return [f"window {self.node.label}: rows by partition in {idx.cf} ({rows:,} rows in "
                 f"{parts:,} partition(s), {per} per partition); a change re-reads and "
                 f"recomputes each partition it touches: cost ~ rows of the touched "
-                f"partitions, not of the change{top}"]
+                f"partitions, not of the change{top}; reads them by key (incremental) or "
+                "by one scan of the index (recompute), chosen per batch by population.apply"]
 
     # ---- pushes --------------------------------------------------------------------------
 
@@ -154,7 +165,7 @@ class WindowOp(OperatorBase):
         if not batch.rows:
             return None
         first = batch.keys.first
-        old = idx.probe(batch.canon.take(first), batch.khash[first])
+        old = ctx.probe(self, idx, batch.canon.take(first), batch.khash[first])
         idx.stage(batch, ctx.txn)  # raises (nothing written) for an over-retraction
         ctx.txn.after_commit(functools.partial(idx.after_write, batch))
         return self._difference(old, batch, len(first))

@@ -27,6 +27,14 @@ machine's write speed from tilting the choice.  Small runs set no per-row cost (
 time is mostly fixed costs), and an estimate that comes out negative gives way to the
 default.
 
+A pipeline is decided per operator (``planner.batch.decide_operators``): each operator
+whose reads grow with the change (a join, a ``join_all``, a window) is one subject, with
+``B`` the rows expected to reach it (the source batch's rows times the fan-out measured on
+earlier batches, else estimated from the index counters), ``N`` the rows of the indexes
+its recompute path scans, its own recorded runs, and the ``OPERATOR_*`` defaults (a
+pipeline operator's time holds its reads and computation, not the writes, which both
+paths stage alike).
+
 Defaults, calibrated by ``python -m bench recompute`` on TPC-DS SF1 customer ⋈
 store_sales (100k x 2.88M rows, default store options, one run on the 2-core
 development VM): incremental batches to the sales side cost 1.38 µs per batch row
@@ -63,6 +71,9 @@ __all__ = [
     "MARGIN",
     "MARGIN_EXTRAPOLATED",
     "MIN_FIT_ROWS",
+    "OPERATOR_BATCH_US",
+    "OPERATOR_INCREMENTAL_US",
+    "OPERATOR_SCAN_US",
     "RECOMPUTE_BATCH_US",
     "RECOMPUTE_FIXED_MS",
     "RECOMPUTE_SCAN_US",
@@ -88,6 +99,17 @@ RECOMPUTE_BATCH_US = 1.35
 """Default µs per batch row of a recompute: its writes and hash joins."""
 RECOMPUTE_FIXED_MS = 2.0
 """Per-apply cost of a recompute that grows with neither the scan nor the batch."""
+OPERATOR_INCREMENTAL_US = 6.0
+"""Default µs per row reaching a pipeline operator that reads its input state by key (a
+join probing an index, a window re-reading a partition): a point read (~5 µs from Python,
+a prefix seek ~12 µs) per distinct key, plus its share of the operator's vectorised work."""
+OPERATOR_SCAN_US = 2.0
+"""Default µs per row a pipeline operator's recompute path scans: read and decode the
+row, encode its key, one hash lookup (q4 at SF0.1 on the 2-core development VM, shared
+with other work at a load of ~15: 0.6-4 µs per row, median ~1.8)."""
+OPERATOR_BATCH_US = 1.0
+"""Default µs per row reaching a pipeline operator on its recompute path: its vectorised
+work (probing the build side, the join rule or the window functions)."""
 MARGIN = 0.2
 """Recompute must be estimated at least this fraction cheaper to be chosen.
 
@@ -140,6 +162,12 @@ class BatchContext:
     recompute: Sequence[Observation] = ()
     recompute_available: bool = True
     unavailable: str = ""
+    default_incremental_us: float = 0.0
+    """The default µs per batch row of the incremental path (0: :data:`INCREMENTAL_US`)."""
+    default_scan_us: float = 0.0
+    """The default µs per scanned row of a recompute (0: :data:`RECOMPUTE_SCAN_US`)."""
+    default_batch_us: float = 0.0
+    """The default µs per batch row of a recompute (0: :data:`RECOMPUTE_BATCH_US`)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +214,9 @@ def estimate(context: BatchContext) -> Costs:
     ``batch_us`` taken off.
     """
     c = context
-    inc_us = INCREMENTAL_US + INCREMENTAL_PARTNER_US * max(0.0, c.partners_per_row - 1.0)
+    default_batch_us = c.default_batch_us or RECOMPUTE_BATCH_US
+    inc_us = (c.default_incremental_us or INCREMENTAL_US) \
+        + INCREMENTAL_PARTNER_US * max(0.0, c.partners_per_row - 1.0)
     inc_fixed, inc_from = INCREMENTAL_FIXED_MS, "default"
     inc = [o for o in c.incremental if o.batch_rows >= MIN_FIT_ROWS]
     b = np.array([o.batch_rows for o in inc], np.float64)
@@ -199,7 +229,8 @@ def estimate(context: BatchContext) -> Costs:
         per_row = float(np.median((ms - INCREMENTAL_FIXED_MS) / b)) * 1e3
         if per_row >= 0:
             inc_us, inc_from = per_row, f"median of {len(inc)} run(s)"
-    scan_us, batch_us, rc_from = RECOMPUTE_SCAN_US, RECOMPUTE_BATCH_US, "default"
+    scan_us, batch_us, rc_from = c.default_scan_us or RECOMPUTE_SCAN_US, default_batch_us, \
+        "default"
     rc = [o for o in c.recompute if o.scanned_rows >= MIN_FIT_ROWS]
     timed = [o for o in rc if o.scan_ms > 0]
     if timed:
@@ -212,12 +243,12 @@ def estimate(context: BatchContext) -> Costs:
             rc_from = f"scan: median of {len(timed)} run(s), batch: of {len(sized)}"
     elif rc:
         per_row = float(np.median([
-            (o.ms - RECOMPUTE_FIXED_MS - o.batch_rows * RECOMPUTE_BATCH_US / 1e3)
+            (o.ms - RECOMPUTE_FIXED_MS - o.batch_rows * default_batch_us / 1e3)
             / o.scanned_rows for o in rc])) * 1e3
         if per_row >= 0:
             scan_us, rc_from = per_row, f"scan: median of {len(rc)} run(s), batch default"
     sizes = [o.batch_rows for o in inc] if inc_from != "default" else []
-    if batch_us != RECOMPUTE_BATCH_US:
+    if batch_us != default_batch_us:
         sizes += [o.batch_rows for o in timed if o.batch_rows >= MIN_FIT_ROWS]
     return Costs(inc_us, inc_fixed, scan_us, batch_us, inc_from, rc_from, max(sizes, default=0))
 
