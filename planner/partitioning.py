@@ -44,12 +44,15 @@ from joinstate.errors import SchemaMismatchError
 from joinstate.keys import KeyCodec, KeyColumn, key_plan, single_plan
 from joinstate.nodes import (
     AggNode,
+    CheckNode,
     FilterNode,
     JoinAllNode,
     JoinNode,
     ProjectNode,
+    RepeatNode,
     SourceNode,
     UnionNode,
+    WindowNode,
 )
 from planner.errors import PlannerError
 
@@ -400,8 +403,13 @@ def _fds(n: Node, fds: Mapping[int, tuple[FD, ...]]) -> tuple[FD, ...]:
                        f"{', '.join(n.unique_key)} is the declared unique key of source "
                        f"{n.name}"),)
         return ()
-    if isinstance(n, FilterNode):
+    if isinstance(n, FilterNode | CheckNode | WindowNode):
+        # The input's rows (a window's with columns added, a top-N's fewer): what
+        # determined what still does.
         return fds[n.inputs[0].id]
+    if isinstance(n, RepeatNode):  # the same rows, copied, without the count column
+        return tuple(FD(fd.lhs, fd.rhs - {n.count}, fd.why) for fd in fds[n.inputs[0].id]
+                     if n.count not in fd.lhs and fd.rhs - {n.count})
     out: list[FD] = []
     if isinstance(n, ProjectNode):
         names = picks(n)
@@ -457,7 +465,7 @@ def _uniques(n: Node, uniques: Mapping[int, tuple[frozenset[str], ...]]
              ) -> tuple[frozenset[str], ...]:
     if isinstance(n, SourceNode):
         return (frozenset(n.unique_key),) if n.unique_key else ()
-    if isinstance(n, FilterNode):
+    if isinstance(n, FilterNode | CheckNode | WindowNode):
         return uniques[n.inputs[0].id]
     if isinstance(n, ProjectNode):
         names = picks(n)
@@ -522,8 +530,10 @@ def desires(facts: GraphFacts, replicated: frozenset[str] = frozenset()
     consumers want first); an aggregate wants the columns its consumers want among its
     group key, then the whole group key (a global one: :class:`Single`); a ``join_all``
     wants each leg's key; filters, projections (through renames) and unions pass their
-    consumers' wishes on.  A join whose other input is a chain of ``replicated`` sources
-    that may be copied wants nothing of its own, only its consumers' wishes.
+    consumers' wishes on, and so do checks and repeats; a window wants what an aggregate
+    by its PARTITION BY would (none: :class:`Single`).  A join whose other input is a
+    chain of ``replicated`` sources that may be copied wants nothing of its own, only its
+    consumers' wishes.
     """
     want: dict[int, list[Desire]] = {i: [] for i in facts.order}
     copied = {i for i in facts.order if i in facts.chain and facts.sources_of(i)
@@ -533,9 +543,20 @@ def desires(facts: GraphFacts, replicated: frozenset[str] = frozenset()
         mine = want[cid]
         for pos, inp in enumerate(c.inputs):
             target = want[inp.id]
-            if isinstance(c, FilterNode | UnionNode):
-                for d in mine:
+            if isinstance(c, FilterNode | UnionNode | CheckNode | RepeatNode):
+                for d in mine:  # a repeat's count column is no output: never wished for
                     _add(target, d)
+            elif isinstance(c, WindowNode):
+                if not c.partition_by:
+                    _add(target, Desire(Single(), f"{c.label} orders all rows together"))
+                    continue
+                for d in mine:
+                    if isinstance(d.target, Hash) and set(d.target.columns) <= set(
+                            c.partition_by):
+                        _add(target, Desire(d.target, d.why))
+                plan = tuple(single_plan(inp.schema, c.partition_by))
+                _add(target, Desire(Hash(tuple((k,) for k in c.partition_by), plan),
+                                    f"{c.label} partitions by {', '.join(c.partition_by)}"))
             elif isinstance(c, ProjectNode):
                 back = {o: i for i, outs in picks(c).items() for o in outs}
                 for d in mine:

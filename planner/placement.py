@@ -13,8 +13,14 @@ a left, semi or anti join its right side).  A copy on a *preserved* side is refu
 outer join emits unmatched rows of that side once per copy.  An aggregate needs each
 group on one shard: its input hashed by columns its group key contains or determines
 (functional dependencies from declared unique keys, below), with NULL keys together; a
-global aggregate needs :class:`Single`.  A ``join_all`` needs every leg hashed by its
-key with one plan.  A union needs nothing, and keeps a partitioning all its inputs share.
+global aggregate needs :class:`Single`.  A window needs each of its partitions on one
+shard, as an aggregate its groups (its PARTITION BY in place of the group key; it keeps
+every input column, so its output lies as its input); a window without PARTITION BY sees
+every row and runs on :class:`Single`.  A check and a repeat (``INTERSECT`` /
+``EXCEPT``'s copies of a row) need nothing: stateless and row by row, they run where
+their input lies (a repeat's count column, dropped, stops locating rows).  A
+``join_all`` needs every leg hashed by its key with one plan.  A union needs nothing, and
+keeps a partitioning all its inputs share.
 
 **Arrivals.**  When an input does not lie as its consumer needs, it *arrives* otherwise:
 a stream computed from sources by filters, projections and unions only (a *chain*) is
@@ -34,12 +40,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from joinstate.keys import single_plan
 from joinstate.nodes import (
     AggNode,
+    CheckNode,
     FilterNode,
     JoinAllNode,
     JoinNode,
     ProjectNode,
+    RepeatNode,
     SourceNode,
     UnionNode,
+    WindowNode,
 )
 from planner.errors import PlannerError
 from planner.partitioning import (
@@ -77,6 +86,7 @@ __all__ = [
     "merge",
     "satisfies",
     "through_project",
+    "through_repeat",
     "trace",
 ]
 
@@ -96,6 +106,16 @@ def through_project(p: Partitioning, node: ProjectNode) -> Partitioning:
             return Anywhere()
         slots.append(alts)
     return Hash(tuple(slots), p.plan, p.nulls)
+
+
+def through_repeat(p: Partitioning, node: RepeatNode) -> Partitioning:
+    """``p`` after repeat ``node``: its count column no longer locates rows."""
+    if not isinstance(p, Hash):
+        return p
+    slots = tuple(tuple(c for c in slot if c != node.count) for slot in p.slots)
+    if not all(slots):
+        return Anywhere()
+    return Hash(slots, p.plan, p.nulls)
 
 
 def merge(parts: Sequence[Partitioning]) -> Partitioning | None:
@@ -351,9 +371,10 @@ def _arrive(d: Derivation, consumer: int, pos: int, producer: int, target: Hash 
 
 
 def _place(d: Derivation, n: Node, want: list[Desire]) -> None:
-    if isinstance(n, FilterNode | ProjectNode):
+    if isinstance(n, FilterNode | ProjectNode | CheckNode | RepeatNode):
         a = _local(d, n.id, 0, n.inputs[0].id, "")
         p = (through_project(a.partitioning, n) if isinstance(n, ProjectNode)
+             else through_repeat(a.partitioning, n) if isinstance(n, RepeatNode)
              else a.partitioning)
         d.arrivals.append(a)
         why = ("runs where its input lies" if not isinstance(p, Anywhere)
@@ -369,6 +390,8 @@ def _place(d: Derivation, n: Node, want: list[Desire]) -> None:
         _place_agg(d, n, want)
     elif isinstance(n, JoinAllNode):
         _place_joinall(d, n)
+    elif isinstance(n, WindowNode):
+        _place_window(d, n, want)
     else:
         raise PlannerError(f"internal: the distributed planner has no rule for {n.kind} "
                            f"nodes ({n.label})")
@@ -533,23 +556,34 @@ def _key_target(key: Sequence[str], plan: Sequence[KeyColumn], idx: Sequence[int
 
 def _group_local(p: Partitioning, n: AggNode, fds: Sequence[FD]) -> tuple[Partitioning, str] | None:
     """Whether groups of aggregate ``n`` lie together under ``p``: (output, reason)."""
+    return _within(p, n.keys, fds, "group key", "each group lies on one shard")
+
+
+def _within(p: Partitioning, key: Sequence[str], fds: Sequence[FD], what: str, so: str
+            ) -> tuple[Partitioning, str] | None:
+    """Whether rows equal on ``key`` lie on one shard under ``p``.
+
+    ``key``: an aggregate's group key or a window's PARTITION BY, called ``what`` in the
+    reason.  Returns (the partitioning of what an aggregate by ``key`` outputs, reason),
+    or None.
+    """
     if isinstance(p, Single):
         return Single(), "its input is on shard 0"
     if not isinstance(p, Hash) or not p.nulls:
         return None
-    keys = set(n.keys)
+    keys = set(key)
     direct = [next((c for c in slot if c in keys), None) for slot in p.slots]
     if all(c is not None for c in direct):
         out = Hash(tuple(tuple(c for c in slot if c in keys) for slot in p.slots), p.plan)
         return out, (f"its input is hashed by {', '.join(c for c in direct if c)}, within its "
-                     "group key: each group lies on one shard")
+                     f"{what}: {so}")
     have, used = closure(keys, fds)
     if all(any(c in have for c in slot) for slot in p.slots):
         hashed = [next(c for c in slot if c in have) for slot in p.slots]
         because = "; ".join(dict.fromkeys(fd.why for fd in _path(keys, hashed, used)))
         return Anywhere(), (
-            f"its input is hashed by {', '.join(hashed)}, which its group key determines "
-            f"({because}): rows equal on the group key are equal on "
+            f"its input is hashed by {', '.join(hashed)}, which its {what} determines "
+            f"({because}): rows equal on the {what} are equal on "
             f"{', '.join(hashed)}, hence on one shard")
     return None
 
@@ -637,3 +671,48 @@ def _place_joinall(d: Derivation, n: JoinAllNode) -> None:
            f"legs {', '.join(moved)} are brought to a hash of their key")
     d.placements[n.id] = Placement(n.id, out, why)
 
+
+
+def _place_window(d: Derivation, n: WindowNode, want: list[Desire]) -> None:
+    """A window: each of its partitions on one shard (no PARTITION BY: shard 0).
+
+    It outputs every input row with its columns, so where it runs locally its output
+    lies as its input does; brought to a hash of its PARTITION BY, it lies so.
+    """
+    inp = n.inputs[0]
+    p = d.natural(inp.id)
+    if not n.partition_by:
+        a = _arrive(d, n.id, 0, inp.id, Single(), f"{n.label} orders all rows together")
+        d.arrivals.append(a)
+        d.placements[n.id] = Placement(
+            n.id, Single(), "a window without PARTITION BY sees every row: it runs on shard 0"
+            + ("" if a.mode != "exchange" else
+               f"; its input ({fmt_rows(round(a.rows))} rows) is sent there"))
+        return
+    if isinstance(p, Replicated):
+        d.arrivals.append(_local(d, n.id, 0, inp.id, ""))
+        d.placements[n.id] = Placement(n.id, Replicated(), "its input is copied to every "
+                                       "shard: each computes the same windows, a copy")
+        return
+    local = _within(p, n.partition_by, d.facts.fds[inp.id], "PARTITION BY",
+                    "each window partition lies on one shard")
+    if local is not None:
+        d.arrivals.append(_local(d, n.id, 0, inp.id, ""))
+        d.placements[n.id] = Placement(n.id, p, local[1])
+        return
+    target: Hash | None = None
+    why = ""
+    for w in want:
+        if isinstance(w.target, Hash) and set(w.target.columns) <= set(n.partition_by):
+            target, why = w.target, f"look-ahead: {w.why}"
+            break
+    if target is None:
+        target = Hash(tuple((k,) for k in n.partition_by),
+                      tuple(single_plan(inp.schema, n.partition_by)))
+        why = "its whole PARTITION BY"
+    a = _arrive(d, n.id, 0, inp.id, target,
+                f"{n.label} needs each window partition on one shard")
+    d.arrivals.append(a)
+    d.placements[n.id] = Placement(
+        n.id, a.partitioning, f"its input is brought to {target.describe()} ({why})",
+        {"moved_rows": round(a.rows)})

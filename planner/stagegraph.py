@@ -33,13 +33,16 @@ import pyarrow.compute as pc
 
 from joinstate.graph import (
     AggNode,
+    CheckNode,
     FilterNode,
     Graph,
     JoinAllNode,
     JoinNode,
     ProjectNode,
+    RepeatNode,
     SourceNode,
     UnionNode,
+    WindowNode,
     join_all,
     source,
 )
@@ -339,6 +342,17 @@ def rebuild(n: Node, ins: list[Stream]) -> Stream:
     elif isinstance(n, JoinAllNode):
         s = join_all(dict(zip(n.legs, ins, strict=True)),
                      on=dict(zip(n.legs, n.keys, strict=True)))
+    elif isinstance(n, CheckNode):
+        s = ins[0].check(n.expr, n.message)
+    elif isinstance(n, RepeatNode):
+        s = ins[0].repeat(n.count)
+    elif isinstance(n, WindowNode):
+        ranking = ("row_number", "rank", "dense_rank")
+        funcs: dict[str, tuple[Any, ...]] = {
+            name: (func,) if func in ranking else (func, arg, frame)
+            for name, func, arg, frame in n.funcs}
+        s = ins[0].window(list(n.partition_by), [tuple(o) for o in n.order_by],
+                          top=dict(n.top) or None, **funcs)
     else:
         raise PlannerError(f"internal: cannot rebuild a {n.kind} node ({n.label}) in a stage")
     got = [(f.name, f.type) for f in s.schema]

@@ -473,8 +473,11 @@ def run_operation(spark: SparkSession, plan: DistributedPlan, ref: PlanRef,
     for k in range(len(plan.stages)):
         if k:
             rdd = rdd.partitionBy(n, _identity)
+        # Not preservesPartitioning: a stage's records are keyed by the shard that reads
+        # them, not by the shard that wrote them, and PySpark's partitionBy returns an RDD
+        # that claims its partitioner unchanged (the next stage's records unrouted).
         rdd = rdd.mapPartitionsWithIndex(
-            StageTask(ref, k, storage, options, spec, change), preservesPartitioning=True)
+            StageTask(ref, k, storage, options, spec, change), preservesPartitioning=False)
     t0 = time.perf_counter()
     try:
         records: list[Record] = rdd.collect()

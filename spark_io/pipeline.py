@@ -348,6 +348,8 @@ class SparkPipeline:
 
     def _populate(self, sources: Mapping[str, Any], order: Sequence[str] | None
                   ) -> dict[str, DataFrame]:
+        self.last_timings = {}
+        clock = _Clock(self.last_timings)
         t0 = time.perf_counter()
         op = operation_id("populate")
         spills: list[OutputDir] = []
@@ -363,10 +365,12 @@ class SparkPipeline:
                                              unique_key=self.graph.sources[s].unique_key)
                                     for s, n in rows.items()})
             plan = self._fix_plan()
+            clock.lap("sources")  # their Parquet files found (or written), the plan fixed
             self._manifest = self._manifest.replace(populating=op)
             self._manifest.write(self.state_dir)
             self._wipe()
             out_dir, _ = open_output_dir(self._outputs, self._owner, op, "populate")
+            clock.lap("record")
             spec = OperationSpec(self.name, op, "populate", out_dir.uri,
                                  batch_rows=self.batch_rows, owes=True,
                                  order=tuple(order) if order is not None else None)
@@ -374,6 +378,7 @@ class SparkPipeline:
                 result = run_operation(self.spark, plan, self._plan_ref(), spec,
                                        self._storage(), options_to_dict(self.options),
                                        ChangeRef(files=files, rows=rows))
+                clock.lap("job")
             except BaseException as exc:
                 self._wipe()
                 with contextlib.suppress(OSError, pa.ArrowException):
@@ -498,6 +503,7 @@ class SparkPipeline:
         prefix = f"spark-stream:{sid}:"
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
+            self.last_timings = {}
             rows = self._conform(source, args.check_dataframe(batch_df, "batch_df"))
             t0 = time.perf_counter()
             op = f"stream-{sid}-{batch_id}"

@@ -240,6 +240,105 @@ def test_global_aggregate_runs_on_shard_0_only() -> None:
     assert plan.sources["t"] == Single() and not plan.exchanges
 
 
+# ---- windows, INTERSECT / EXCEPT (repeat) and checks -------------------------------------------
+
+T3 = pa.schema([("k", I64), ("g", I64), ("v", I64)])
+
+
+def simulate(tmp_path: Path, graph: jg.Graph, plan: DistributedPlan,
+             batches: list[dict[str, pa.Table]]) -> None:
+    """Every batch through the plan's simulator and one pipeline: equal outputs after each."""
+    sim = Simulator(plan, tmp_path / "dist")
+    store = joinstate.StateStore(str(tmp_path / "single"))
+    try:
+        single = attach(store, "single", graph)
+        got: dict[str, list[pa.Table]] = {o: [] for o in graph.outputs}
+        want: dict[str, list[pa.Table]] = {o: [] for o in graph.outputs}
+        for i, batch in enumerate(batches):
+            for src in plan.order:
+                if src in batch:
+                    for o, t in single.push(src, batch[src]).items():
+                        want[o].append(t)
+            for o, t in sim.apply(batch).items():
+                got[o].append(t)
+            for o in graph.outputs:
+                names = list(graph.outputs[o].schema.names)
+                assert_zset_equal(integrate(got[o], names), integrate(want[o], names),
+                                  what=f"output {o} after batch {i}\n{plan.explain()}")
+    finally:
+        sim.close()
+        store.close()
+
+
+def t3_batches() -> list[dict[str, pa.Table]]:
+    rng = random.Random(7)
+    rows = [{"k": i, "g": rng.choice([None, 0, 1, 2, 3]), "v": rng.randint(-3, 9)}
+            for i in range(40)]
+    gone = rows[::7]
+    new = [{"k": 100 + i, "g": rng.choice([0, 1, 5]), "v": rng.randint(0, 4)} for i in range(6)]
+    return [{"t": as_change(T3, rows, [1] * len(rows))},
+            {"t": as_change(T3, new + gone, [1] * len(new) + [-1] * len(gone))}]
+
+
+def test_window_runs_where_its_partition_key_is_hashed(tmp_path: Path) -> None:
+    t = jg.source("t", T3)
+    w = t.window("g", [("v", "descending")], rk=("rank",), s=("sum", "v"))
+    g = jg.Graph().output("w", w)
+    plan = plan_distribution(g, {}, shards=2)
+    assert plan.sources["t"].describe() == "hash(g)"
+    assert len(plan.stages) == 1 and not plan.exchanges
+    assert reason(plan, "placement", "window1") == (
+        "its input is hashed by g, within its PARTITION BY: each window partition lies on "
+        "one shard")
+    simulate(tmp_path, g, plan, t3_batches())
+
+
+def test_window_after_an_aggregate_is_exchanged_by_its_partition_key(tmp_path: Path) -> None:
+    t = jg.source("t", T3)
+    per_k = t.group_by("k").aggregate(g=("max", "g"), s=("sum", "v"))
+    w = per_k.window("g", [("s", "ascending")], top={"rn": 2}, rn=("row_number",))
+    g = jg.Graph().output("w", w)
+    plan = plan_distribution(g, {}, shards=3)
+    assert stage_nodes(plan) == [["agg1"], ["window2"]]
+    (x,) = plan.exchanges.values()
+    assert x.partitioning is not None and x.partitioning.describe() == "hash(g)"
+    simulate(tmp_path, g, plan, t3_batches())
+
+
+def test_window_without_partition_by_runs_on_shard_0(tmp_path: Path) -> None:
+    t = jg.source("t", T3)
+    w = t.window((), [("v", "descending"), ("k", "ascending")], rn=("row_number",),
+                 top={"rn": 5})
+    g = jg.Graph().output("w", w)
+    plan = plan_distribution(g, {}, shards=2)
+    assert isinstance(from_json(choice(plan, "placement", "window1")), Single)
+    assert reason(plan, "placement", "window1").startswith(
+        "a window without PARTITION BY sees every row: it runs on shard 0")
+    assert plan.sources["t"] == Single()
+    simulate(tmp_path, g, plan, t3_batches())
+
+
+def test_intersect_all_and_a_check_run_where_their_input_lies(tmp_path: Path) -> None:
+    a = jg.source("a", T3)
+    b = jg.source("b", T3)
+    one, zero = pc.scalar(pa.scalar(1, I64)), pc.scalar(pa.scalar(0, I64))
+    la = a.select({"g": F("g"), "v": F("v"), "l": one, "r": zero})
+    lb = b.select({"g": F("g"), "v": F("v"), "l": zero, "r": one})
+    counts = la.union_all(lb).group_by(["g", "v"]).aggregate(l=("sum", "l"), r=("sum", "r"))
+    both = (counts.select({"g": F("g"), "v": F("v"),
+                           "n": pc.min_element_wise(F("l"), F("r"))})
+            .repeat("n").check(F("v") > -100, "v must be above -100"))
+    g = jg.Graph().output("q", both)
+    plan = plan_distribution(g, {}, shards=2)
+    assert len(plan.stages) == 1 and not plan.exchanges
+    labels = {plan.graph.nodes[i].kind: plan.graph.nodes[i].label for i in plan.stages[0].nodes}
+    assert reason(plan, "placement", labels["repeat"]) == "runs where its input lies"
+    assert reason(plan, "placement", labels["check"]) == "runs where its input lies"
+    batches = t3_batches()
+    simulate(tmp_path, g, plan, [{"a": bt["t"], "b": bt["t"].slice(0, bt["t"].num_rows // 2)}
+                                 for bt in batches])
+
+
 def test_a_view_that_cannot_be_co_partitioned_keeps_its_stages() -> None:
     a = jg.source("a", pa.schema([("x", I64), ("y", I64)]))
     b = jg.source("b", pa.schema([("x2", I64), ("z", I64)]))
@@ -369,7 +468,9 @@ SRC_VALUES: dict[str, list[Any]] = {"k": [None, 0, 1, 2, 3], "k2": [0, 1, 2],
 class RandomGraph:
     """Sources, operators, outputs, statistics and copies drawn from one seed."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, more: bool = False) -> None:
+        """``more``: windows, repeats and checks among the operators too."""
+        self.more = more
         rng = self.rng = random.Random(seed)
         self.schemas: dict[str, pa.Schema] = {}
         self.unique: dict[str, str | None] = {}
@@ -417,7 +518,29 @@ class RandomGraph:
         s = rng.choice(pool[-3:] if rng.random() < 0.5 else pool)
         ints = self._ints(s)
         kind = rng.choice(["filter", "select", "join", "join", "agg", "agg", "union",
-                           "joinall"])
+                           "joinall", *(["window", "window", "repeat", "check"]
+                                        if self.more else [])])
+        if kind == "window":
+            cols = [c for c in s.columns if not pa.types.is_floating(s.schema.field(c).type)]
+            part = rng.sample(cols, min(len(cols), rng.choice([0, 1, 1, 2])))
+            order = [(c, rng.choice(["ascending", "descending"]))
+                     for c in rng.sample(cols, min(len(cols), rng.randint(1, 2)))]
+            funcs: dict[str, Any] = {f"w{len(pool)}": (rng.choice(["rank", "row_number",
+                                                                   "dense_rank"]),)}
+            if ints and rng.random() < 0.5:
+                funcs[f"ws{len(pool)}"] = ("sum", rng.choice(ints))
+            top = {f"w{len(pool)}": rng.randint(1, 3)} if rng.random() < 0.4 else None
+            return s.window(part, order, top=top, **funcs)
+        if kind == "repeat" and ints and len(s.columns) > 1:
+            c = rng.choice(ints)
+            n = f"r{len(pool)}"
+            two, one = pc.scalar(pa.scalar(2, I64)), pc.scalar(pa.scalar(1, I64))
+            counted = s.with_columns({n: pc.coalesce(
+                pc.min_element_wise(pc.abs(F(c).cast(I64)), two), one)})  # 0, 1 or 2
+            return counted.repeat(n)
+        if kind == "check" and ints:
+            c = rng.choice(ints)
+            return s.check(pc.or_kleene(F(c) > -100, F(c).is_null()), f"{c} above -100")
         if kind == "filter" and ints:
             c = rng.choice(ints)
             return s.filter(F(c) >= rng.choice([0, 1]))
@@ -488,8 +611,8 @@ def as_change(schema: pa.Schema, rows: list[dict[str, Any]], weights: list[int])
     return t.append_column("_weight", pa.array(weights, I64))
 
 
-def run_random(tmp_path: Path, seed: int, ops: int = 4) -> None:
-    rg = RandomGraph(seed)
+def run_random(tmp_path: Path, seed: int, ops: int = 4, *, more: bool = False) -> None:
+    rg = RandomGraph(seed, more=more)
     plan = plan_distribution(rg.graph, rg.stats, shards=rg.shards, given=rg.given)
     what = f"seed {seed}\n{rg.graph.explain()}\n{plan.explain()}"
     sim = Simulator(plan, tmp_path / "dist")
@@ -542,10 +665,36 @@ def test_simulated_plan_equals_one_pipeline(tmp_path: Path, seed: int) -> None:
     run_random(tmp_path, seed)
 
 
+SEEDS_MORE = tuple(range(200, 214))
+"""Seeds of random graphs with windows, repeats and checks, simulated by default."""
+
+
+@pytest.mark.parametrize("seed", SEEDS_MORE)
+def test_simulated_plan_with_windows_equals_one_pipeline(tmp_path: Path, seed: int) -> None:
+    run_random(tmp_path, seed, more=True)
+
+
+def test_random_graphs_with_windows_cover_their_placements() -> None:
+    """The seeds above plan partitioned and shard-0 windows, repeats and checks."""
+    seen: set[str] = set()
+    for seed in SEEDS_MORE:
+        rg = RandomGraph(seed, more=True)
+        plan = plan_distribution(rg.graph, rg.stats, shards=rg.shards, given=rg.given)
+        for n in rg.graph.nodes:
+            if isinstance(n, jg.WindowNode) and plan.shards > 1:
+                dec = plan.decision("placement", n.label)
+                if dec is not None:
+                    seen.add("window:" + from_json(dec.choice).kind)
+            elif n.kind in ("repeat", "check") and plan.decision("placement", n.label):
+                seen.add(n.kind)
+    missing = {"window:hash", "window:single", "repeat", "check"} - seen
+    assert not missing, f"the random graphs never plan {sorted(missing)} ({sorted(seen)})"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(1000, 1400))
 def test_simulated_plan_equals_one_pipeline_many(tmp_path: Path, seed: int) -> None:
-    run_random(tmp_path, seed, ops=6)
+    run_random(tmp_path, seed, ops=6, more=seed % 2 == 1)
 
 
 def test_random_graphs_cover_the_partitioning_cases() -> None:

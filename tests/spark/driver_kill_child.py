@@ -10,12 +10,13 @@ The kill is a SIGKILL of this process at the ``n``-th (1-based) passage of ``poi
 points are wrappers installed here only (monkey patches of this process, nothing in the
 library): ``<when>:<what>`` with ``when`` one of ``before``/``after`` and ``what`` one of
 
-* ``job``: a Spark job of the driver (``run_job``: populate, apply, control, rollback);
+* ``job``: a Spark job of the driver (``run_job``: a SparkJoin's populate and apply, a
+  change spilled to Parquet, a rollback);
 * ``write``: a durable write of the driver's files (manifests, operation records, the
   writer file);
-* ``control``: a pipeline's control job (the one that forgets a population's commit
-  ids and sets the stage stores live), ``finish``: a pipeline's last step of an
-  operation (reports, retention, the returned outputs).
+* ``operation``: a pipeline operation's one Spark job (``run_operation``: every stage
+  of a population, an apply), ``finish``: a pipeline's last step of an operation
+  (reports, retention, the returned outputs).
 
 Without a kill (``["none", 0]``) the child prints ``COUNTS <json>``: how often each
 point was passed, the menu of kill points.
@@ -114,7 +115,8 @@ def _install(point: str, n: int, counts: Counter[str]) -> None:
 
     for owner, name, what in ((sj, "run_job", "job"), (sp, "_write_json", "write"),
                               (so, "write_json", "write"), (sm.Manifest, "write", "write"),
-                              (sp.SparkPipeline, "_control", "control"),
+                              (sm.PipelineManifest, "write", "write"),
+                              (sp, "run_operation", "operation"),
                               (sp.SparkPipeline, "_finish", "finish")):
         if hasattr(owner, name):
             setattr(owner, name, wrap(what, getattr(owner, name)))

@@ -28,7 +28,7 @@ def test_bench_tpcds_on_local_spark(tmp_path: Path) -> None:
     out = tmp_path / "report"
     done = subprocess.run(
         [str(script), "bench", "tpcds", "--sf", "0.01", "--spark", "--strategies", "auto",
-         "--sizes", "0.001", "--repeat", "1", "--no-unshared", "--check", "end",
+         "--rounds", "1", "--sizes", "0.001", "--repeat", "1", "--no-unshared", "--check", "end",
          "--out", str(out)],
         capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -277,6 +277,7 @@ def test_a_job_the_driver_did_not_commit_is_rolled_back(
 
 def test_pipeline_stage_stores_are_restored_and_rolled_back(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_spark_operations import failing_stage
     from test_spark_pipeline import (
         SS,
         Twin,
@@ -290,7 +291,7 @@ def test_pipeline_stage_stores_are_restored_and_rolled_back(
         store_sale,
     )
 
-    import spark_io.pipeline
+    import spark_io.dag
 
     outputs = small_outputs()  # a join stage feeding an aggregate stage keyed differently
     rng = random.Random(33)
@@ -314,7 +315,7 @@ def test_pipeline_stage_stores_are_restored_and_rolled_back(
             twin.push(s, list(snap[s].items()))
         check(got, twin, "after populate")
         stores = committed()
-        assert {k.split("/")[0] for k in stores} == {s.label for s in sp.plan.stages}
+        assert {k.split("/")[0] for k in stores} == {f"stage{s.index}" for s in sp.plan.stages}
         assert all(ck.latest_checkpoint(ck.child_uri(str(tmp_path / "durable"), k)).id == v
                    for k, v in stores.items())  # type: ignore[union-attr]
 
@@ -335,7 +336,7 @@ def test_pipeline_stage_stores_are_restored_and_rolled_back(
         check(got, twin, "after losing every working copy")
         assert sp.last_report is not None
         assert {s.detail["checkpoint"]["sync"] for j in sp.last_report.jobs
-                for s in j.shards} == {"restored"}
+                for s in j.shards if not s.detail.get("idle")} == {"restored"}
 
         # The micro-batch sink commits its batch's checkpoints too.
         before = committed()
@@ -350,23 +351,20 @@ def test_pipeline_stage_stores_are_restored_and_rolled_back(
         check(got, twin, "after a micro-batch")
         assert committed() != before
 
-        # An apply that fails after its first stage ran: nothing of it stays anywhere.
+        # An apply whose second stage fails after its first ran (and checkpointed its
+        # stores, in the same job): nothing of it stays anywhere.
         before = committed()
-        real, calls = spark_io.pipeline.run_job, []
-
-        def second_job_fails(*args: Any, **kw: Any) -> Any:
-            calls.append(args[-1])
-            if len(calls) == 2:
-                raise RuntimeError("lost the executors")
-            return real(*args, **kw)
-
-        monkeypatch.setattr(spark_io.pipeline, "run_job", second_job_fails)
+        marks = tmp_path / "marks"
+        marks.mkdir()
+        monkeypatch.setattr(spark_io.dag, "StageTask", failing_stage(
+            1, joinstate.StateIOError("injected: lost the executors"), marks))
         lost = [(store_sale(rng, 3), 5)]
-        with pytest.raises(RuntimeError, match="lost the executors"):
+        with pytest.raises(joinstate.StateIOError, match="lost the executors"):
             sp.apply("store_sales", spark_frame(spark, SS, lost))
         monkeypatch.undo()
         assert committed() == before
-        assert len(calls) == 2  # the join stage ran and checkpointed its stores
+        # the join stage ran to its end (and checkpointed what it changed) in that job
+        assert any(p.name.startswith("stage0-") for p in marks.iterdir())
         # Customer 3 moves to another customer id: the join re-emits all of its sales
         # under both ids, so sales of the failed apply still held by a join shard would
         # show in the aggregate (which never saw them).
@@ -388,9 +386,10 @@ def test_pipeline_rollback_over_several_pushes_into_one_store(
     import pipeline_oracle as po
     import pyarrow as pa
     from pipeline_oracle import col
+    from test_spark_operations import failing_stage
     from test_spark_pipeline import Twin, check, definition_of, integrate, spark_frame
 
-    import spark_io.pipeline
+    import spark_io.dag
 
     edges = po.Source("edges", pa.schema([("a", pa.int32()), ("b", pa.int64()),
                                           ("w", pa.int64())]))
@@ -411,20 +410,20 @@ def test_pipeline_rollback_over_several_pushes_into_one_store(
         first = rows(30)
         integrate(got, sp.populate({"edges": spark_frame(spark, edges, first)}), outputs)
         twin.push("edges", first)
-        real, labels = spark_io.pipeline.run_job, []
-
-        def aggregate_fails(*args: Any, **kw: Any) -> Any:
-            labels.append(args[-1])
-            if args[-1].startswith("agg"):
-                raise RuntimeError("lost the executors")
-            return real(*args, **kw)
-
-        monkeypatch.setattr(spark_io.pipeline, "run_job", aggregate_fails)
-        with pytest.raises(RuntimeError, match="lost the executors"):
+        plan = sp.plan
+        join_stage = next(st for st in plan.stages
+                          if any(plan.graph.nodes[i].kind == "join" for i in st.nodes))
+        agg_stage = next(st for st in plan.stages
+                         if any(plan.graph.nodes[i].kind == "agg" for i in st.nodes))
+        # edges reaches the join's store twice (once per side), so one apply pushes two
+        # inputs into each join store; the aggregate runs in a later stage of the job
+        assert len([d for d in join_stage.deliveries if d.source == "edges"]) == 2
+        assert agg_stage.index > join_stage.index
+        monkeypatch.setattr(spark_io.dag, "StageTask", failing_stage(
+            agg_stage.index, joinstate.StateIOError("injected: lost the executors")))
+        with pytest.raises(joinstate.StateIOError, match="lost the executors"):
             sp.apply("edges", spark_frame(spark, edges, rows(20)))
         monkeypatch.undo()
-        joins = [x for x in labels if x.startswith("join")]
-        assert len(joins) == 2 and joins[0].split(":")[0] == joins[1].split(":")[0]
         more = rows(15) + [(r, -1) for r, _ in first[:5]]
         integrate(got, sp.apply("edges", spark_frame(spark, edges, more)), outputs)
         twin.push("edges", more)
@@ -455,7 +454,10 @@ def test_shards_move_between_executors_of_a_local_cluster(tmp_path: Path) -> Non
     """Two executor JVMs with executor-local working copies (a relative ``local_dir``):
     populate, applies, a shard's copies deleted on every executor, stale copies planted,
     a Python worker killed in the middle of an apply's checkpoint (Spark retries), and a
-    SparkPipeline whose stage stores are all lost; every result checked in the child.
+    SparkPipeline whose stage stores are all lost, whose last stage's Python workers die
+    after their commit (Spark retries those tasks), whose job fails on every attempt and
+    is retried under its op id, and whose op id is reused with another change (refused);
+    every result checked in the child, exactly once.
 
     The driver's ``state_dir`` is not shared with the executors: it is renamed away for
     the duration of every Spark job (an executor reading it would fail, one writing it
@@ -480,6 +482,11 @@ def test_shards_move_between_executors_of_a_local_cluster(tmp_path: Path) -> Non
     assert result["restored_after_stale"] == ["restored"]
     assert result["killed_attempts"] >= 1 and result["retried_shard_attempt"] >= 1
     assert result["pipeline_syncs"] == ["restored"]
+    # (with checkpoints a retry starts from the committed checkpoint, so it applies the
+    # change again rather than replaying the dead attempt's commit: once either way)
+    assert result["pipeline_retried_attempts"] >= 1
+    assert result["op_id_refused"] and result["op_id_same_outputs"]
+    assert result["failed_job_raised"]
     # The driver's state_dirs were away during every Spark job, and hold only the
     # manifests and reports; outputs went to the checkpoint locations.
     assert result["jobs_without_driver_state"] >= 10
@@ -495,6 +502,7 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
     """Run in its own process by the test above (``python this_file.py cluster ROOT``)."""
     from pyspark.sql import SparkSession
     from test_spark_pipeline import (
+        SS,
         Twin,
         changes,
         check,
@@ -503,6 +511,7 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
         small_outputs,
         snapshot,
         spark_frame,
+        store_sale,
     )
 
     from spark_io._worker import ApplyTask
@@ -544,21 +553,28 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
     states = [root / "state", root / "pstate"]
     real_run_job, away_jobs = sj.run_job, []
 
-    def without_driver_state(*a: Any, **kw: Any) -> Any:
-        moved = [d for d in states if d.exists()]
-        for d in moved:
-            d.rename(d.with_name(d.name + ".driver-only"))
-        try:
-            return real_run_job(*a, **kw)
-        finally:
-            for d in states:
-                assert not d.exists(), f"a task created the driver's {d}"
-            for d in moved:
-                d.with_name(d.name + ".driver-only").rename(d)
-            away_jobs.append(len(moved))
+    real_operation = spp.run_operation
 
+    def away(run: Any) -> Any:
+        def without_driver_state(*a: Any, **kw: Any) -> Any:
+            moved = [d for d in states if d.exists()]
+            for d in moved:
+                d.rename(d.with_name(d.name + ".driver-only"))
+            try:
+                return run(*a, **kw)
+            finally:
+                for d in states:
+                    assert not d.exists(), f"a task created the driver's {d}"
+                for d in moved:
+                    d.with_name(d.name + ".driver-only").rename(d)
+                away_jobs.append(len(moved))
+
+        return without_driver_state
+
+    without_driver_state = away(real_run_job)
     sj.run_job = without_driver_state  # type: ignore[assignment]
     spp.run_job = without_driver_state  # type: ignore[assignment]
+    spp.run_operation = away(real_operation)  # a pipeline operation's one job
 
     try:
         rng = random.Random(34)
@@ -666,7 +682,86 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
             check(got, twin, f"pipeline apply {source}")
         assert sp.last_report is not None
         result["pipeline_syncs"] = sorted({s.detail["checkpoint"]["sync"]
-                                           for j in sp.last_report.jobs for s in j.shards})
+                                           for j in sp.last_report.jobs for s in j.shards
+                                           if s.detail.get("checkpoint")})
+
+        # The last stage's Python workers die once each, after their store committed
+        # the push (and checkpointed it) and before Spark has their records: Spark
+        # retries those tasks alone (the earlier stage's shuffle output stays); each
+        # retry opens its store as the committed checkpoint and applies the change.
+        # Exactly once.
+        import spark_io.dag as dag
+
+        last = len(sp.plan.stages) - 1
+        real_task = dag.StageTask
+
+        class DiesAfterItsCommit:
+            def __init__(self, *a: Any) -> None:
+                self.task = real_task(*a)
+
+            def __call__(self, shard: int, records: Any) -> Any:
+                from pyspark import TaskContext
+
+                out = list(self.task(shard, records))
+                ctx = TaskContext.get()
+                if self.task.stage == last and ctx is not None and ctx.attemptNumber() == 0:
+                    os._exit(1)
+                yield from out
+
+        dag.StageTask = DiesAfterItsCommit  # type: ignore[assignment,misc]
+        try:
+            rows = [(store_sale(rng, rng.randrange(8)), 1) for _ in range(12)]
+            integrate(got, sp.apply("store_sales", spark_frame(spark, SS, rows)), outputs)
+        finally:
+            dag.StageTask = real_task  # type: ignore[misc]
+        twin.push("store_sales", rows)
+        check(got, twin, "pipeline apply whose last stage's workers died once")
+        attempts = [s.detail["checkpoint"]["attempt"] for j in sp.last_report.jobs
+                    for s in j.shards if s.detail.get("checkpoint")]
+        result["pipeline_retried_attempts"] = sum(a > 0 for a in attempts)
+        result["pipeline_replayed"] = sp.last_report.replayed_shards
+
+        # A job whose last stage fails on every attempt: rolled back everywhere; the same
+        # op id retried (the job again) applies it once.
+        class FailsEveryAttempt:
+            def __init__(self, *a: Any) -> None:
+                self.task = real_task(*a)
+
+            def __call__(self, shard: int, records: Any) -> Any:
+                if self.task.stage == last:
+                    raise joinstate.StateIOError("injected: the last stage's disk is gone")
+                yield from self.task(shard, records)
+
+        rows = [(store_sale(rng, rng.randrange(8)), 1) for _ in range(6)]
+        dag.StageTask = FailsEveryAttempt  # type: ignore[assignment,misc]
+        try:
+            sp.apply("store_sales", spark_frame(spark, SS, rows), op_id="retry-me")
+            result["failed_job_raised"] = False
+        except joinstate.StateIOError:
+            result["failed_job_raised"] = True
+        finally:
+            dag.StageTask = real_task  # type: ignore[misc]
+        integrate(got, sp.apply("store_sales", spark_frame(spark, SS, rows), op_id="retry-me"),
+                  outputs)
+        twin.push("store_sales", rows)
+        check(got, twin, "pipeline job retried under its op id")
+
+        # An op id used again with another change: refused before any task, nothing
+        # applied; with the same change: the recorded outputs, nothing applied.
+        rows = [(store_sale(rng, 4), 1) for _ in range(3)]
+        first = sp.apply("store_sales", spark_frame(spark, SS, rows), op_id="once")
+        integrate(got, first, outputs)
+        twin.push("store_sales", rows)
+        try:
+            sp.apply("store_sales", spark_frame(spark, SS, rows[:2]), op_id="once")
+            result["op_id_refused"] = False
+        except joinstate.CommitConflictError:
+            result["op_id_refused"] = True
+        again = sp.apply("store_sales", spark_frame(spark, SS, rows), op_id="once")
+        result["op_id_same_outputs"] = all(
+            zset(again[o], outputs[o].schema.names) == zset(first[o], outputs[o].schema.names)
+            for o in outputs)
+        check(got, twin, "pipeline after a reused op id")
         twin.close()
         result["jobs_without_driver_state"] = sum(1 for n in away_jobs if n)
         result["driver_state_files"] = {
@@ -680,6 +775,7 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
         result["tasks_per_shard"] = {k: v for k, v in sorted(seen.items())}
     finally:
         sj.run_job, spp.run_job = real_run_job, real_run_job  # type: ignore[assignment]
+        spp.run_operation = real_operation  # type: ignore[assignment]
         spark.stop()
     return result
 

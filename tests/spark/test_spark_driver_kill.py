@@ -9,10 +9,10 @@ recorded) and ``apply(..., op_id="k1")`` again: the outputs returned, integrated
 equal the oracle (the in-process pipeline and DuckDB; Spark's own join), and the state
 must hold every row exactly once.
 
-The default run kills a pipeline's population in the window that once made a resumed
-population load every source twice (after the job that forgets the population's commit
-ids, before the manifest records the population); the ``slow`` matrix kills at seeded
-points of the whole run, with and without ``checkpoint_uri``, on both drivers.
+The default run kills a pipeline's population after its Spark job loaded every store
+and before the manifest records the population: a resumed population must start the
+stores over, not load every source on top of the first load; the ``slow`` matrix kills
+at seeded points of the whole run, with and without ``checkpoint_uri``, on both drivers.
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ def killed_and_resumed(spark: SparkSession, root: Path, driver: str, checkpoint:
         resume_join(spark, root, checkpoint)
 
 
-def test_pipeline_population_killed_after_forgetting_its_commit_ids(
-        spark: SparkSession, tmp_path: Path) -> None:
-    killed_and_resumed(spark, tmp_path, "pipeline", False, ("after:control", 1))
+def test_pipeline_population_killed_after_its_job(spark: SparkSession, tmp_path: Path
+                                                   ) -> None:
+    killed_and_resumed(spark, tmp_path, "pipeline", False, ("after:operation", 1))
 
 
 @pytest.mark.slow

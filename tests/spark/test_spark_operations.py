@@ -56,7 +56,6 @@ from test_spark_pipeline import (
 import joinstate
 import spark_io
 from spark_io.routing import ShardRouter
-from spark_io.stages import StageRouter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -127,15 +126,36 @@ def pipeline_sales_by_shard(sp: spark_io.SparkPipeline, rng: random.Random, n: i
     """New store sales grouped by the shard of the first stage that indexes them."""
     rows = [store_sale(rng, rng.randrange(12)) for _ in range(n)]
     rows = [r for r in rows if r[0] is not None]
-    stage, inp = next((s, i) for s in sp.plan.stages if s.kind != "tail"
-                      for i in s.inputs if i.boundary_label == "store_sales")
+    first = sp.plan.deliveries_of("store_sales")[0]
     table = po.make_delta(SS.schema, [(r, 1) for r in rows]).drop_columns(["_weight"])
-    routed = pa.Table.from_batches(list(StageRouter(inp, sp.shards, stage.label)(
-        iter(table.to_batches()))))
+    shards = sp.plan.route(first.partitioning, table)
+    assert shards is not None, "store_sales is copied to every shard: no shard of its own"
     out: dict[int, list[Row]] = {}
-    for r, s in zip(rows, routed.column("_shard").to_pylist(), strict=True):
+    for r, s in zip(rows, shards.tolist(), strict=True):
         out.setdefault(int(s), []).append(r)
     return out
+
+
+def failing_stage(stage: int, error: BaseException, mark: Path | None = None) -> Any:
+    """A stand-in for :class:`spark_io.dag.StageTask` whose tasks of ``stage`` raise
+    ``error`` (a class local to this function: Spark pickles it by value).  The tasks of
+    other stages that end leave a file ``stage<k>-shard<i>`` in ``mark``."""
+    import spark_io.dag as dag
+
+    real = dag.StageTask
+
+    class Failing:
+        def __init__(self, *a: Any) -> None:
+            self.task = real(*a)
+
+        def __call__(self, shard: int, records: Any) -> Any:
+            if self.task.stage == stage:
+                raise error
+            yield from self.task(shard, records)
+            if mark is not None:
+                (mark / f"stage{self.task.stage}-shard{shard}").touch()
+
+    return Failing
 
 
 class JoinCase:
@@ -323,32 +343,22 @@ def test_pipeline_error_in_one_shard_leaves_every_shard_untouched(
 
 def test_pipeline_failure_in_a_later_stage_rolls_back_the_earlier_ones(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The join stage commits on every shard, then the aggregate stage's job fails: the
-    join stage's shards are rolled back too."""
-    import spark_io.pipeline as spp
+    """The join stage commits on every shard, then the aggregate stage's tasks fail (in
+    the same Spark job): the join stage's shards are rolled back too."""
+    import spark_io.dag as dag
 
     case = PipelineCase(spark, tmp_path)
     try:
+        assert len(case.sp.plan.stages) == 2
         shards = sorted(case.by_shard)
         rows = [(r, 1) for r in pick(case.by_shard, shards, 2)]
         before = store_bytes(tmp_path / "state")
-        real = spp.run_job
-
-        def failing(spark_: Any, frame: Any, task: Any, side: str) -> Any:
-            if not side.startswith("agg"):
-                return real(spark_, frame, task, side)
-
-            def fails(batches: Any) -> Any:
-                raise joinstate.StateIOError("injected: the aggregate stage's disk is gone")
-                yield from task(batches)
-
-            return real(spark_, frame, fails, side)
-
-        monkeypatch.setattr(spp, "run_job", failing)
+        monkeypatch.setattr(dag, "StageTask", failing_stage(1, joinstate.StateIOError(
+            "injected: the aggregate stage's disk is gone")))
         with pytest.raises(joinstate.StateIOError, match="injected"):
             case.sp.apply("store_sales", case.frame(rows), op_id="two-stages")
         assert store_bytes(tmp_path / "state") == before
-        monkeypatch.setattr(spp, "run_job", real)
+        monkeypatch.undo()
         case.apply(rows, op_id="two-stages")
         case.check()
     finally:
@@ -519,13 +529,14 @@ def test_populate_resume_after_it_was_recorded_returns_its_output(
 
 
 @pytest.mark.parametrize("checkpointed", [False, True], ids=["shared", "checkpoints"])
-def test_pipeline_population_stopped_after_forgetting_its_commit_ids_resumes_once(
+def test_pipeline_population_stopped_after_its_job_resumes_once(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         checkpointed: bool) -> None:
-    """The driver stops (a BaseException, as a kill leaves it) after the job that forgets
-    the population's commit ids, before the manifest records the population: a resumed
-    population must not push any source again (``test_spark_driver_kill`` does this
-    with a real SIGKILL)."""
+    """The driver stops (a BaseException, as a kill leaves it) after the population's
+    Spark job, before the manifest records the population: the stores hold every row
+    once, but nothing says so; a resumed population starts them over and loads every
+    source once more, never on top of the first load (``test_spark_driver_kill`` does
+    this with a real SIGKILL)."""
     import spark_io.pipeline as spp
 
     kw: dict[str, Any] = {}
@@ -542,21 +553,20 @@ def test_pipeline_population_stopped_after_forgetting_its_commit_ids_resumes_onc
         class Killed(BaseException):
             pass
 
-        real = spp.SparkPipeline._control  # noqa: SLF001
+        real = spp.run_operation
 
-        def control_then_die(self: Any, *a: Any, **k: Any) -> Any:
-            real(self, *a, **k)
+        def job_then_die(*a: Any, **k: Any) -> Any:
+            real(*a, **k)
             raise Killed
 
-        monkeypatch.setattr(spp.SparkPipeline, "_control", control_then_die)
+        monkeypatch.setattr(spp, "run_operation", job_then_die)
         with pytest.raises(Killed):
             sp.populate(frames)
         monkeypatch.undo()
         sp = spark_io.SparkPipeline(spark, definition_of(outputs), tmp_path / "state", **kw)
         got: dict[str, Counter[Row]] = {o: Counter() for o in outputs}
         integrate(got, sp.populate(frames, resume=True), outputs)
-        assert sp.last_report is not None
-        assert [j.side for j in sp.last_report.jobs] == ["control"]  # no source pushed
+        assert sp.last_report is not None and sp.last_report.kind == "populate"
         for s in ("customer", "store_sales"):
             twin.push(s, list(snap[s].items()))
         check(got, twin, "resumed population")

@@ -29,12 +29,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: pipeline_oracle
 
 import pipeline_oracle as po
+from distsim import Simulator
 from pipeline_oracle import col, lit
 from sparkdata import zset
 
 import joinstate
 import spark_io
-from spark_io.stages import StageRouter, plan_stages
+from planner.distribute import plan_distribution
 from spark_io.types import spark_schema
 
 if TYPE_CHECKING:
@@ -190,6 +191,11 @@ def integrate(total: dict[str, Counter[Row]], outs: Mapping[str, DataFrame],
         total[o] = po.zadd(total[o], zset(df, outputs[o].schema.names))
 
 
+def busy(report: Any) -> int:
+    """Tasks of an operation that had rows to push (a stage shard without any is idle)."""
+    return sum(1 for j in report.jobs for s in j.shards if not s.detail.get("idle"))
+
+
 def check(got: Mapping[str, Counter[Row]], twin: Twin, where: str) -> None:
     want = po.evaluate(twin.outputs, twin.inputs)
     for o in twin.outputs:
@@ -204,51 +210,19 @@ def check(got: Mapping[str, Counter[Row]], twin: Twin, where: str) -> None:
 
 
 class Simulated:
-    """The stage plan executed in process: the Spark router's shard, one store per
-    (stage, shard), stages in order, intermediate change sets handed on in memory."""
+    """The distributed plan executed in process (:class:`distsim.Simulator`: the stage
+    code a Spark task runs, one store per (stage, shard), records routed as the shuffle
+    would), one push at a time."""
 
     def __init__(self, path: Path, graph: joinstate.Graph, shards: int) -> None:
-        self.plan = plan_stages(graph, "sim")
-        self.shards = shards
-        self.path = path
-        self.stores: dict[tuple[str, int], Any] = {}
-        self.sources = {name: n.id for name, n in graph.sources.items()}
-
-    def _pipeline(self, label: str, shard: int) -> joinstate.Pipeline:
-        key = (label, shard)
-        if key not in self.stores:
-            stage = next(s for s in self.plan.stages if s.label == label)
-            store = joinstate.StateStore(self.path / label / f"shard-{shard}")
-            self.stores[key] = (store, stage.build(store, "sim"))
-        return self.stores[key][1]
+        self.plan = plan_distribution(graph, {}, shards=shards, name="sim")
+        self.sim = Simulator(self.plan, path)
 
     def push(self, source: str, delta: pa.Table) -> dict[str, pa.Table]:
-        have: dict[int, list[pa.Table]] = {self.sources[source]: [delta]}
-        for stage in self.plan.stages:
-            for inp in stage.inputs:
-                parts = have.get(inp.boundary)
-                if not parts:
-                    continue
-                table = pa.concat_tables(parts)
-                router = StageRouter(inp, self.shards, stage.label)
-                routed = pa.Table.from_batches(
-                    list(router(iter(table.to_batches(max_chunksize=7)))))
-                for shard in range(self.shards):
-                    part = routed.filter(pa.compute.equal(routed["_shard"], shard))
-                    if not part.num_rows:
-                        continue
-                    outs = self._pipeline(stage.label, shard).push(
-                        inp.name, part.drop_columns(["_shard"]))
-                    for name, t in outs.items():
-                        if t.num_rows:
-                            have.setdefault(int(name[1:]), []).append(t)
-        empty = pa.table({})
-        return {o: pa.concat_tables(have[nid]) if nid in have else empty
-                for o, nid in self.plan.outputs.items()}
+        return self.sim.apply({source: delta})
 
     def close(self) -> None:
-        for store, _ in self.stores.values():
-            store.close()
+        self.sim.close()
 
 
 def simulate(tmp_path: Path, outputs: Mapping[str, po.Node],
@@ -269,20 +243,27 @@ def simulate(tmp_path: Path, outputs: Mapping[str, po.Node],
         twin.close()
 
 
-def test_stage_plan_of_q4_shape() -> None:
-    plan = plan_stages(definition_of(q4_outputs()), "q4")
-    kinds = [(s.kind, [i.name for i in s.inputs], list(s.inputs[0].key)) for s in plan.stages]
-    assert [k[0] for k in kinds] == ["tail", "join", "join", "join", "agg", "joinall"]
-    agg = plan.stages[4]
-    # sale_type is computed (a literal): the two projections are the aggregate's inputs
-    assert [i.boundary_label for i in agg.inputs] == ["project6", "project9"]
-    assert list(agg.inputs[0].key) == ["customer_id", "name", "year", "sale_type"]
-    ja = plan.stages[5]
-    # the four legs are filters of one stage input, routed by customer_id: one index
-    assert [(i.boundary_label, list(i.key)) for i in ja.inputs] == [("agg11", ["customer_id"])]
-    # "sales" (a union of two stages' outputs) is computed by both join stages
-    sales = plan.outputs["sales"]
-    assert [s.label for s in plan.stages if sales in s.produces] == ["join5", "join8"]
+def test_distributed_plan_of_q4_shape() -> None:
+    """With sizes, the miniature plans as q4 does: the date dimension copied, every sales
+    join and the union in stage 0 (each sales table hashed by its customer key), the
+    union exchanged by customer_id so that the aggregate, the filters and the delta join
+    run in stage 1 where it lands."""
+    from planner.partitioning import Replicated
+    from planner.stats import given
+
+    stats = {"store_sales": given("store_sales", 1_000_000),
+             "web_sales": given("web_sales", 500_000), "date_dim": given("date_dim", 2_000),
+             "customer": given("customer", 50_000)}
+    plan = plan_distribution(definition_of(q4_outputs()), stats, shards=2, name="q4")
+    assert isinstance(plan.sources["date_dim"], Replicated)
+    assert plan.sources["store_sales"].describe() == "hash(ss_c_sk)"
+    assert len(plan.stages) == 2
+    (x,) = plan.exchanges.values()
+    assert plan.graph.nodes[x.producer].kind == "union"
+    assert x.partitioning is not None and x.partitioning.describe() == "hash(customer_id)"
+    kinds = [{plan.graph.nodes[i].kind for i in st.nodes} for st in plan.stages]
+    assert {"join", "union"} <= kinds[0] and not {"agg", "joinall"} & kinds[0]
+    assert {"agg", "joinall"} <= kinds[1] and "join" not in kinds[1]
 
 
 def test_simulated_stages_match_in_process_and_duckdb(tmp_path: Path) -> None:
@@ -316,11 +297,15 @@ def test_simulated_self_join_on_different_keys_and_computed_keys(tmp_path: Path)
     pushes = [("edges", rows[:25]), ("edges", rows[25:]),
               ("edges", [(r, -1) for r, _ in rows[:10]])]
     simulate(tmp_path, outputs, pushes)
-    plan = plan_stages(definition_of(outputs), "g")
-    names = {s.label: [(i.name, list(i.key)) for i in s.inputs] for s in plan.stages}
-    assert [n for n, _ in names["join2"]] == ["edges-v0", "edges-v1"]
-    computed = next(v for v in names.values() if any(n.startswith("project") for n, _ in v))
-    assert [k for _, k in computed] == [["k"], ["k2"]]
+    plan = plan_distribution(definition_of(outputs), {}, shards=3, name="g")
+    # edges reaches the self-join twice, routed by each side's key
+    assert [(d.name, d.partitioning.describe()) for d in plan.stages[0].deliveries] == [
+        ("edges", "hash(b)"), ("edges-2", "hash(a)")]
+    # the computed keys are exchanged by their values to the join on them
+    computed = sorted(e.partitioning.describe() for e in plan.exchanges.values()
+                      if plan.graph.nodes[e.producer].kind == "project"
+                      and e.partitioning is not None)
+    assert computed == ["hash(k)", "hash(k2)"]
 
 
 def test_simulated_outer_and_anti_joins_with_null_keys(tmp_path: Path) -> None:
@@ -374,8 +359,10 @@ def test_spark_pipeline_matches_in_process_and_duckdb(
         outs = sp.populate(frames, order=order)
         timings["populate"] = time.perf_counter() - t0
         assert sp.last_report is not None and sp.last_report.kind == "populate"
-        assert [j.side.split(":")[1] for j in sp.last_report.jobs[:3]] == [
-            "date_dim", "customer", "customer"]
+        # one Spark job: a report per stage, each of that one job
+        assert [j.side for j in sp.last_report.jobs] == [
+            f"stage{k}" for k in range(len(sp.plan.stages))]
+        assert len({j.seconds for j in sp.last_report.jobs}) == 1
         for s in ("date_dim", "customer", "store_sales", "web_sales"):
             twin.push(s, list(snap[s].items()))
         integrate(got, outs, outputs)
@@ -398,16 +385,15 @@ def test_spark_pipeline_matches_in_process_and_duckdb(
         integrate(got, first, outputs)
         again = sp.apply("web_sales", spark_frame(spark, WS, rows), op_id="again")
         assert sp.last_report is not None and sp.last_report.replayed_shards > 0
-        assert sp.last_report.replayed_shards == sum(len(j.shards) for j in
-                                                     sp.last_report.jobs)
+        assert sp.last_report.replayed_shards == busy(sp.last_report) > 0
         for o in ("year_total", "q4"):
             assert zset(again[o], outputs[o].schema.names) == zset(
                 first[o], outputs[o].schema.names)
         check(got, twin, "after a repeated op_id")
-        # an empty change: no stage is reached, so no Spark job runs for it
+        # an empty change: no stage is reached, so no operation job runs for it
         outs = sp.apply("web_sales", spark_frame(spark, WS, []))
         assert sp.last_report is not None
-        assert len(sp.last_report.jobs) == (0 if route == "driver" else 1)
+        assert len(sp.last_report.jobs) == 0
         integrate(got, outs, outputs)
         check(got, twin, "after an empty apply")
     finally:
@@ -445,10 +431,9 @@ def test_foreach_batch_sink_applies_a_replayed_batch_once(spark: SparkSession, t
         populate = {s: spark_frame(spark, twin.sources[s], list(snap[s].items()))
                     for s in ("customer", "store_sales")}
         integrate(initial, sp.populate(populate), outputs)
-        assert sp.last_report is not None and sp.last_report.jobs[-1].side == "control"
-        # by default dimensions (sources with a unique key) first
-        assert sp.last_report.jobs[0].side.endswith(":customer")
-        assert sum(s.detail["forgotten"] for s in sp.last_report.jobs[-1].shards) > 0
+        assert sp.last_report is not None and sp.last_report.kind == "populate"
+        assert [j.side for j in sp.last_report.jobs] == [
+            f"stage{k}" for k in range(len(sp.plan.stages))]
         for s in ("customer", "store_sales"):
             twin.push(s, list(snap[s].items()))
         src, out, ckpt = tmp_path / "src", tmp_path / "out", tmp_path / "ckpt"
@@ -474,14 +459,13 @@ def test_foreach_batch_sink_applies_a_replayed_batch_once(spark: SparkSession, t
                   ckpt)
         report = sp.last_report
         assert report is not None and report.operation == "stream-sales-1"
-        assert report.replayed_shards == sum(len(j.shards) for j in report.jobs) > 0
+        assert report.replayed_shards == busy(report) > 0
         assert read_outputs(spark, sp, out, outputs) == got
 
         # Called again by hand with the same batch id: the recorded outputs again.
         sink(spark_frame(spark, SS, batches[1]), 1)
         assert sp.last_report is not None
-        assert sp.last_report.replayed_shards == sum(len(j.shards) for j in
-                                                     sp.last_report.jobs)
+        assert sp.last_report.replayed_shards == busy(sp.last_report) > 0
         # Another change under a batch id already used is refused.
         with pytest.raises(joinstate.CommitConflictError):
             sink(spark_frame(spark, SS, batches[0]), 1)

@@ -95,11 +95,64 @@ def test_from_sql_maintains_the_answer(spark: SparkSession, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(("sql", "match"), [
-    ("SELECT name FROM customer ORDER BY name LIMIT 3", "materialize"),
-    ("SELECT k, sum(v) OVER () FROM sales", "window function"),
+    ("SELECT name FROM customer ORDER BY name LIMIT 3 OFFSET 1", "OFFSET"),
+    ("SELECT * FROM (SELECT k FROM sales ORDER BY k LIMIT 2) t", "inside a subquery"),
 ])
 def test_from_sql_refuses_before_any_state(spark: SparkSession, tmp_path: Path, sql: str,
                                            match: str) -> None:
     with pytest.raises(UnsupportedSQLError, match=match):
         spark_io.SparkPipeline.from_sql(spark, sql, SOURCES, state_dir=tmp_path / "state")
     assert not (tmp_path / "state" / "_spark").exists()
+
+
+WINDOW_SQL = """
+    SELECT c.name, s.k, s.v, rank() OVER (PARTITION BY c.name ORDER BY s.v DESC) AS rk,
+           sum(s.v) OVER () AS everything
+    FROM sales s JOIN customer c ON s.k = c.ck
+    ORDER BY c.name, rk, s.v NULLS FIRST, s.k
+    LIMIT 4
+"""
+
+
+def test_window_functions_and_a_final_limit_are_read_from_spark(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A window partitioned by a column and one over every row (shard 0), and the
+    answer read with its ORDER BY and LIMIT; each equals DuckDB's."""
+    sp = spark_io.SparkPipeline.from_sql(spark, WINDOW_SQL, SOURCES,
+                                         state_dir=tmp_path / "state", shards=2, name="w")
+    assert "window" in sp.explain()
+    d = Decimal
+    customers = [((1, "ann"), 1), ((2, "bo"), 1), ((3, "ann"), 1)]
+    sales = [((1, 5, d("1.25")), 1), ((2, 9, d("3.00")), 1), ((3, None, d("0.50")), 1),
+             ((3, 7, d("9.99")), 1), ((2, 2, None), 1), ((1, 1, d("1.00")), 1)]
+    tables = {"customer": Counter(dict(customers)), "sales": Counter(dict(sales))}
+    total: Counter[Row] = Counter()
+    integrate(total, sp.populate({"customer": frame(spark, CUSTOMER, customers),
+                                  "sales": frame(spark, SALES, sales)})["w"])
+
+    def answers() -> tuple[Counter[Row], list[Row]]:
+        duckdb = pytest.importorskip("duckdb")
+        con = duckdb.connect()
+        try:
+            for name, schema in (("sales", SALES), ("customer", CUSTOMER)):
+                rows = list(tables[name].elements())
+                cols = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+                con.register(name, pa.table([pa.array(list(c), f.type)
+                                             for c, f in zip(cols, schema, strict=True)],
+                                            schema=schema))
+            head, _, _ = WINDOW_SQL.partition("ORDER BY c.name, rk")
+            whole = Counter(tuple(r) for r in con.execute(head).fetchall())
+            return whole, [tuple(r) for r in con.execute(WINDOW_SQL).fetchall()]
+        finally:
+            con.close()
+
+    whole, limited = answers()
+    assert +total == whole and len(whole) == 6
+    assert [tuple(r) for r in sp.read("w").collect()] == limited
+    change = [((1, 5, d("1.25")), -1), ((2, 8, d("2.00")), 1)]
+    for r, w in change:
+        tables["sales"][r] += w
+    integrate(total, sp.apply("sales", frame(spark, SALES, change))["w"])
+    whole, limited = answers()
+    assert +total == whole
+    assert [tuple(r) for r in sp.read("w").collect()] == limited

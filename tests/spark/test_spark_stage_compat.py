@@ -1,8 +1,11 @@
-"""SparkPipeline state made before the graph was its own object re-attaches.
+"""SparkPipeline state written by the one-job-per-stage layout is refused, with the remedy.
 
-``tests/data/pipeline_specs.json`` holds, for TPC-DS q4 cut into stages (2 shards), the
-Spark manifest's spec and every stage store's stored definition as the code before the
-renovation wrote them; the stages built from the graph now must store the same bytes.
+Before the distributed plan, a pipeline's state directory held one store per operator
+stage (``q4/join13`` ...), described by a format-1 manifest.  Its stores are laid out
+otherwise than the stages of a :class:`planner.distribute.DistributedPlan`, so no
+operation may read them: ``tests/data/pipeline_specs.json`` keeps q4's format-1 manifest
+spec as that code wrote it, and re-attaching to it must fail before anything is opened,
+naming the format and what to do.
 """
 
 from __future__ import annotations
@@ -10,25 +13,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import joinstate
-import spark_io.pipeline as sp
-from bench import q4
-from joinstate.names import pipeline_spec_key
-from spark_io.stages import plan_stages
+import pytest
+
+from spark_io.errors import ManifestError
+from spark_io.manifest import PipelineManifest, pipeline_manifest_path
 
 DATA = json.loads((Path(__file__).parents[1] / "data" / "pipeline_specs.json").read_text())
 
 
-def test_q4_stages_store_what_they_stored(tmp_path: Path) -> None:
-    want = DATA["spark_stages"]
-    graph = q4.define_q4()
-    plan = plan_stages(graph, "q4")
-    spec = sp._spec("q4", 2, graph, plan)  # noqa: SLF001 - the manifest's, without a session
-    assert json.dumps(spec, sort_keys=True) == want["q4/manifest"]
-    assert sorted(f"q4/{s.label}" for s in plan.stages) == sorted(
-        k for k in want if k != "q4/manifest")
-    with joinstate.StateStore(tmp_path / "s") as store:
-        for stage in plan.stages:
-            name = f"q4_{stage.label}"
-            stage.build(store, name).compile()
-            assert store.meta_get(pipeline_spec_key(name)) == want[f"q4/{stage.label}"].encode()
+def test_a_format_1_state_dir_is_refused_with_its_remedy(tmp_path: Path) -> None:
+    old = json.loads(DATA["spark_stages"]["q4/manifest"])
+    assert "operators" in old  # the one-store-per-operator-stage spec
+    path = pipeline_manifest_path(tmp_path, "q4")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"format": 1, "kind": "pipeline", **old, "shards": 2}))
+    with pytest.raises(ManifestError, match=r"format 1 ran one Spark job per stage.*"
+                                            r"use a new state_dir"):
+        PipelineManifest.read(tmp_path, "q4")
