@@ -613,13 +613,20 @@ def run_pass(name: str, share_indexes: bool, tables: Mapping[str, pa.Table],
              sizes: Sequence[float], repeat: int, seed: int, workdir: Path, *,
              chunk_rows: int = 200_000, check_every: str = "each", qualify: int = 0,
              ref: Reference | None = None,
-             build: Callable[..., Any] = build_q4) -> dict[str, Any]:
+             build: Callable[..., Any] = build_q4,
+             on_step: Callable[[str, float], None] | None = None) -> dict[str, Any]:
     """Populate, check, then every size's batches (timed, checked); figures of the pass.
 
     ``qualify`` customers are first given sales that put them in q4's answer
     (:meth:`Workload.qualifying_sales`), so that the batches have an answer to change.
     ``build(store, share_indexes=...)`` makes the pipeline (tests pass a stand-in).
+    ``on_step(what, ms)`` hears of each step as it ends (population, qualifying sales,
+    each batch kind), so a caller can show progress through a pass that takes minutes.
     """
+    def step(what: str, ms: float) -> None:
+        if on_step is not None:
+            on_step(what, ms)
+
     path = workdir / name
     shutil.rmtree(path, ignore_errors=True)
     own_ref = ref is None
@@ -637,6 +644,7 @@ def run_pass(name: str, share_indexes: bool, tables: Mapping[str, pa.Table],
             res["state_bytes_after_population"] = dir_bytes(path)
             res["index_bytes"] = index_bytes(store, p)
             checks.append(check(integrated, ref, tables, "population"))
+            step("population", res["population"]["s"] * 1e3)
             work = Workload(tables, seed)
             if qualify:
                 q_ms = []
@@ -648,6 +656,7 @@ def run_pass(name: str, share_indexes: bool, tables: Mapping[str, pa.Table],
                 checks.append(check(integrated, ref, work.tables, "qualifying sales"))
                 res["qualify"] = {"customers": qualify, "ms": sum(q_ms),
                                   "q4_rows": checks[-1]["q4"]["want_rows"]}
+                step("qualifying sales", sum(q_ms))
             res["sizes"] = []
             for share in sizes:
                 kinds: dict[str, dict[str, Any]] = {k: {"ms": [], "pushes": [], "out_rows": []}
@@ -676,6 +685,7 @@ def run_pass(name: str, share_indexes: bool, tables: Mapping[str, pa.Table],
                         if check_every == "each":
                             checks.append(check(integrated, ref, work.tables,
                                                 f"{share:g} #{r + 1} {kind}"))
+                        step(f"{share:g} #{r + 1} {kind}", total)
                 if check_every == "size":
                     checks.append(check(integrated, ref, work.tables, f"{share:g}"))
                 batch_ms = [sum(kinds[k]["ms"][i] for k in KINDS) for i in range(repeat)]

@@ -27,6 +27,8 @@ import json
 import math
 import os
 import re
+import statistics
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,11 +101,16 @@ def state_groups(families: Iterable[str]) -> dict[str, list[str]]:
     return out
 
 
-def state_label(group: str) -> str:
-    """A short title for a group: ``index store_sales [ss_sold_date_sk]``, ``aggregate agg5``.
+def state_label(group: str, labels: Mapping[str, str] | None = None) -> str:
+    """A short title for a group: its label in SQL terms if ``labels`` has one.
 
-    The pipeline's name (before the first ``~``) is dropped: every panel has it.
+    ``labels`` (:func:`bench.labels.state_labels`, recorded with the run) reads
+    ``store_sales ⋈ date_dim by ss_customer_sk``; without it the family name is shortened:
+    ``index store_sales [ss_sold_date_sk]``, ``aggregate agg5`` (the pipeline's name,
+    before the first ``~``, dropped: every panel has it).
     """
+    if labels and group in labels:
+        return labels[group]
     m = re.fullmatch(r"ix\.[^~]*~(.*)\[(.*)\]", group)
     if m:
         return f"index {m.group(1)} [{m.group(2)}]"
@@ -160,6 +167,12 @@ def _strategy_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") or "strategy"
 
 
+def _sf(results: Mapping[str, Any]) -> str:
+    """The scale factor as written on the command line: 1, 0.01 (not 1.0)."""
+    sf = results.get("sf")
+    return f"{sf:g}" if isinstance(sf, int | float) else "?"
+
+
 def _pct(share: float) -> str:
     return f"{share * 100:g}%"
 
@@ -199,18 +212,19 @@ def _recompute_ms(results: Mapping[str, Any]) -> tuple[float | None, float | Non
 
 
 def spark_batches(spark: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
-    """``(share, ms)`` of Spark's change batches (every step named ``batch ...``), or Nones.
+    """``(share, ms)`` of SparkPipeline's fastest change batch (steps named ``batch ...``).
 
-    ``bench.q4spark`` applies one batch of each kind at one share: new sales, deleted
-    sales, customer updates with a date_dim correction; their sum is comparable with an
-    in-process "whole batch" (the four kinds) at that share.
+    Each of those steps is a whole batch at one share, the four kinds at once (new sales,
+    deleted sales, customer updates, a date_dim correction): comparable with an
+    in-process "whole batch" at that share.  The fastest, because the first batch also
+    starts the executors' Python workers.  Nones without Spark (or without a batch).
     """
     if not spark:
         return None, None
     steps = [s for s in spark.get("steps", []) if str(s.get("step", "")).startswith("batch")]
     if not steps:
         return spark.get("share"), None
-    return spark.get("share"), 1e3 * sum(float(s["seconds"]) for s in steps)
+    return spark.get("share"), 1e3 * min(float(s["seconds"]) for s in steps)
 
 
 def spark_population_s(spark: Mapping[str, Any] | None) -> float | None:
@@ -241,6 +255,8 @@ def failures(results: Mapping[str, Any]) -> list[str]:
     if spark:
         out += [f"Spark, after {s['step']}: differs from DuckDB"
                 for s in spark.get("steps", []) if not s.get("ok")]
+        if spark.get("error"):
+            out.append(f"SparkPipeline stopped with an error: {spark['error']}")
     return out
 
 
@@ -250,7 +266,152 @@ def check_counts(results: Mapping[str, Any]) -> tuple[int, int]:
     spark = results.get("spark")
     if spark:
         checks += [bool(s.get("ok")) for s in spark.get("steps", [])]
+        if spark.get("error"):
+            checks.append(False)  # the steps it did not reach were not checked
     return sum(checks), len(checks)
+
+
+def _batch_rows(size: Mapping[str, Any]) -> int:
+    return sum(int(size["kinds"][k]["rows"]) for k in KINDS if k in size["kinds"])
+
+
+def _losing_sizes(results: Mapping[str, Any]) -> list[str]:
+    """Batch sizes whose median batch (first pass) took longer than DuckDB's recompute."""
+    answer_ms, _ = _recompute_ms(results)
+    passes = _passes(results)
+    if answer_ms is None or not passes:
+        return []
+    return [_pct(float(s["share"])) for s in passes[0].get("sizes", [])
+            if float(s["batch"]["median_ms"]) > answer_ms]
+
+
+def _fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares ``(fixed ms, ms per row)`` of ``ms = a + b * rows``; None if unfit."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx = statistics.fmean(x for x, _ in points)
+    my = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    a = my - b * mx
+    return (a, b) if a >= 0 and b > 0 else None
+
+
+def findings(results: Mapping[str, Any]) -> list[str]:
+    """What this run shows, in sentences computed from its figures (the report's summary).
+
+    Population: whether the strategies' spreads overlap.  Change batches: against
+    DuckDB's and Spark SQL's recompute, and, where a batch loses, why (its fixed cost
+    per push against a recompute that is cheap at this scale) and where it wins (the
+    recorded runs at larger scales).  SparkPipeline against in-process.
+    """
+    q4 = _q4(results)
+    out: list[str] = []
+    load = q4.get("load_average_start")
+    cpus = os.cpu_count() or 1
+    if load and float(load[0]) > cpus:
+        end = q4.get("load_average_end") or load
+        out.append(f"**A shared machine**: the load average was {float(load[0]):.1f} at the "
+                   f"start and {float(end[0]):.1f} at the end of the in-process phases, on "
+                   f"{cpus} CPUs: every figure of this run is slower than on a quiet machine "
+                   "(DuckDB's and Spark SQL's too). Compare within this run; the recorded "
+                   "runs were measured on a quiet one.")
+    pops = list(q4.get("population_strategies") or [])
+    if len(pops) > 1:
+        spans = {str(p.get("requested") or p["strategy"]): (min(_runs_s(p)), max(_runs_s(p)))
+                 for p in pops}
+        best = min(spans, key=lambda k: spans[k][0])
+        lo, hi = spans[best]
+        overlap = [k for k, (a, _b) in spans.items() if k != best and a <= hi]
+        n = max(len(_runs_s(p)) for p in pops)
+        text = (f"**Population**: fastest {best} ({lo:.1f} s; its runs {lo:.1f}-{hi:.1f} s). ")
+        if n < 2:
+            text += "One run per strategy: no spread, so no ranking is claimed."
+        elif overlap:
+            text += (f"{', '.join(overlap)} overlap{'s' if len(overlap) == 1 else ''} its "
+                     f"range over {n} alternated runs: at this scale the difference is "
+                     "within run-to-run noise.")
+        else:
+            text += f"Every other strategy's fastest run is slower than its slowest ({n} " \
+                    "alternated runs each)."
+        l0 = max((max(s["l0"].values(), default=0) for p in pops
+                  for s in p.get("samples") or []), default=0)
+        pend = max((sum(s["pending"].values()) for p in pops
+                    for s in p.get("samples") or []), default=0)
+        text += (f" RocksDB during the loads: up to {l0} L0 files in one family, up to "
+                 f"{pend / MIB:,.0f} MiB of pending compaction.")
+        out.append(text)
+    passes = _passes(results)
+    answer_ms, _ = _recompute_ms(results)
+    sq = q4.get("spark_sql_recompute") or {}
+    sql_ms = (sq.get("answer") or {}).get("median_ms")
+    if passes and answer_ms:
+        sizes = passes[0].get("sizes", [])
+        wins = [s for s in sizes if float(s["batch"]["median_ms"]) <= answer_ms]
+        loses = [s for s in sizes if float(s["batch"]["median_ms"]) > answer_ms]
+        cells = ", ".join(f"{_pct(float(s['share']))} ({_batch_rows(s):,} rows): "
+                          f"{_ms(float(s['batch']['median_ms']))} ms" for s in sizes)
+        text = (f"**Change batches** ({cells}) against DuckDB recomputing q4 in "
+                f"{_ms(answer_ms)} ms: ")
+        if wins and not loses:
+            text += "every batch size is faster."
+        elif wins:
+            text += (f"faster at {', '.join(_pct(float(x['share'])) for x in wins)}, slower "
+                     f"at {', '.join(_pct(float(x['share'])) for x in loses)}.")
+        else:
+            text += "every batch size is slower."
+        if sql_ms:
+            slowest = max(float(s["batch"]["median_ms"]) for s in sizes)
+            text += (f" Against Spark SQL's recompute ({_ms(sql_ms)} ms, what a Spark job "
+                     f"would rerun) every batch is faster, the largest by "
+                     f"{_ratio(sql_ms / slowest)}." if slowest < sql_ms else
+                     f" Spark SQL's recompute took {_ms(sql_ms)} ms.")
+        out.append(text)
+        if loses:
+            fit = _fit([(_batch_rows(s), float(s["batch"]["median_ms"])) for s in sizes])
+            why = ("**Why a batch loses here, and where it wins**: a batch is four pushes "
+                   "(new sales, deleted sales, customer updates, a date_dim correction), and "
+                   "every push pays a fixed cost across q4's operators (index and aggregate "
+                   "reads and writes in RocksDB, Arrow and Acero calls) before its rows do")
+            if fit:
+                why += (f"; across this run's sizes a batch costs ~{fit[0]:,.0f} ms plus "
+                        f"~{fit[1] * 1e3:,.0f} µs per changed row")
+            sf = results.get("sf")
+            why += (f". DuckDB recomputes q4 at SF{sf:g} in {_ms(answer_ms)} ms"
+                    if isinstance(sf, int | float) else
+                    f". DuckDB recomputes q4 in {_ms(answer_ms)} ms")
+            why += (" from tables already in memory, on every core, while a batch's pushes "
+                    "run one after the other. A recompute grows with the tables, a batch "
+                    "with the change")
+            recorded = [r for r in (results.get("recorded") or {}).get("runs", [])
+                        if r["incremental_ms"] < r["duckdb_ms"]]
+            if recorded:
+                best = max(recorded, key=lambda r: r["duckdb_ms"] / r["incremental_ms"])
+                why += (f": in the recorded runs a {best['rows']:,}-row change at "
+                        f"SF{best['sf']:g} took {best['incremental_ms']:,} ms against "
+                        f"DuckDB's {best['duckdb_ms']:,} ms "
+                        f"({best['duckdb_ms'] / best['incremental_ms']:.1f}x faster) and "
+                        f"Spark SQL's {best['spark_sql_ms'] / 1e3:,.1f} s (see the scale "
+                        "chart)")
+            out.append(why + ".")
+    spark_s = spark_population_s(results.get("spark"))
+    spark_share, spark_ms = spark_batches(results.get("spark"))
+    if spark_s is not None and pops:
+        best_s = min(min(_runs_s(p)) for p in pops)
+        text = (f"**SparkPipeline** ({results['spark'].get('shards')} shards, local[2]): "
+                f"population {spark_s:.1f} s against {best_s:.1f} s in-process "
+                f"({spark_s / best_s:.2f}x)")
+        if spark_ms is not None and passes and spark_share is not None:
+            match = [s for s in passes[0].get("sizes", [])
+                     if math.isclose(float(s["share"]), spark_share)]
+            if match:
+                text += (f"; a {_pct(spark_share)} change {spark_ms / 1e3:,.1f} s against "
+                         f"{_ms(float(match[0]['batch']['median_ms']))} ms in-process: each "
+                         "Spark operation is a Spark job (scheduling, Python workers, "
+                         "shuffles), a fixed cost that only large data or many machines "
+                         "repay")
+        out.append(text + ".")
+    return out
 
 
 # ---- charts -----------------------------------------------------------------------------
@@ -329,9 +490,16 @@ def timeline_figure(entry: Mapping[str, Any], title: str) -> Figure:
     shown, hidden = ordered[:MAX_STATE_PANELS], ordered[MAX_STATE_PANELS:]
     cols = 3
     rows = 1 + max(1, math.ceil(len(shown) / cols))
-    fig = _figure(15, 2.6 * rows + 0.6)
+    fig = _figure(15, 2.7 * rows + 0.8)
     grid = fig.add_gridspec(rows, cols)
-    fig.suptitle(title, fontsize=13)
+    labels: Mapping[str, str] = entry.get("labels") or {}
+    if samples:
+        l0_max = max(max(s["l0"].values(), default=0) for s in samples)
+        pending_max = max(sum(s["pending"].values()) for s in samples)
+        title += (f"\nL0 files up to {l0_max} in one family, pending compaction up to "
+                  f"{pending_max / MIB:,.0f} MiB in all, write stalls "
+                  f"{samples[-1]['stall_micros'] / 1e6:.1f} s")
+    fig.suptitle(title, fontsize=12)
 
     rate_ax = fig.add_subplot(grid[0, :2])
     sources = list(dict.fromkeys(s for _, _, s, _ in input_rates(samples)))
@@ -357,8 +525,9 @@ def timeline_figure(entry: Mapping[str, Any], title: str) -> Figure:
         stall_ax.step([s["t"] for s in samples], [s["stall_micros"] / 1e6 for s in samples],
                       where="post", color="C3")
         if not any(s["stall_micros"] for s in samples):
-            stall_ax.text(0.5, 0.75, "no write stalls", ha="center", va="center",
-                          transform=stall_ax.transAxes, color="0.4")
+            stall_ax.text(0.5, 0.75, "no write stalls: L0 files and pending bytes\n"
+                          "stayed under RocksDB's slowdown limits", ha="center",
+                          va="center", transform=stall_ax.transAxes, color="0.4", fontsize=8)
     stall_ax.set_title("write stall time (RocksDB, cumulative)", fontsize=10)
     stall_ax.set_ylabel("seconds")
     stall_ax.set_xlabel("seconds since the load started")
@@ -388,10 +557,11 @@ def timeline_figure(entry: Mapping[str, Any], title: str) -> Figure:
         right.set_ylim(0, max(0.1, max(size + pending, default=0) * 1.1))
         right.tick_params(labelsize=7)
         ax.set_xlim(0, max(end, 1e-3))
-        ax.set_title(state_label(group), fontsize=9)
+        ax.set_title(textwrap.fill(state_label(group, labels), 64), fontsize=8.5)
     if hidden:
-        fig.text(0.01, 0.005, f"not drawn (smaller): {', '.join(map(state_label, hidden))}",
-                 fontsize=7)
+        fig.text(0.01, 0.005, textwrap.fill(
+            "not drawn (smaller): " + "; ".join(state_label(h, labels) for h in hidden), 220),
+            fontsize=7)
 
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -406,33 +576,56 @@ def timeline_figure(entry: Mapping[str, Any], title: str) -> Figure:
     return fig
 
 
+def _runs_s(entry: Mapping[str, Any]) -> list[float]:
+    """Every population run's seconds of a strategy (just its own when only one ran)."""
+    return [float(x) for x in entry.get("runs_s") or [entry["s"]]]
+
+
 def population_times(results: Mapping[str, Any], path: Path) -> Path:
-    """Bars: population seconds per strategy (and Spark's); writes ``path``."""
+    """Bars: each strategy's fastest population, every run as a dot (and Spark's); ``path``.
+
+    The bar is the fastest run, the line over it spans the slowest: strategies whose
+    spans overlap are not told apart by this run.
+    """
     pops = list(_q4(results).get("population_strategies") or [])
-    names = [str(p["strategy"]) for p in pops]
-    secs = [float(p["s"]) for p in pops]
+    names = []
+    for p in pops:
+        requested = str(p.get("requested") or p["strategy"])
+        picked = ", ".join(str(x).removeprefix("auto->") for x in p.get("picked") or [])
+        names.append(f"{requested}\n(picked {picked})" if requested == "auto" and picked
+                     else str(p["strategy"]))
+    runs = [_runs_s(p) for p in pops]
+    secs = [min(r) for r in runs]
     colors = [f"C{i % 10}" for i in range(len(pops))]
     spark_s = spark_population_s(results.get("spark"))
     if spark_s is not None:
         spark = results["spark"]
-        names.append(f"Spark, {spark.get('shards')} shards")
+        names.append(f"SparkPipeline\n{spark.get('shards')} shards, local[2]")
         secs.append(spark_s)
+        runs.append([spark_s])
         colors.append("0.55")
-    fig = _figure(8, 4.2)
+    fig = _figure(9, 4.8)
     ax = fig.add_subplot()
-    bars = ax.bar(names, secs, color=colors)
-    for bar, p in zip(bars, pops, strict=False):
-        ax.annotate(f"{p['s']:.2f} s\n{p['rows_per_s']:,.0f} rows/s",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
-    if spark_s is not None:
-        bar = bars[-1]
-        ax.annotate(f"{spark_s:.1f} s\n(incl. Spark jobs)",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+    xs = list(range(len(names)))
+    bars = ax.bar(xs, secs, color=colors, alpha=0.75)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(names, fontsize=8)
+    for x, r, bar in zip(xs, runs, bars, strict=True):
+        if len(r) > 1:
+            ax.vlines(x, min(r), max(r), color="0.15", linewidth=1.5)
+            ax.scatter([x] * len(r), r, color="0.15", s=14, zorder=3)
+        text = (f"{min(r):.1f} s fastest of {len(r)}\nspread {max(r) - min(r):.1f} s"
+                if len(r) > 1 else f"{r[0]:.1f} s")
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, max(r)), ha="center",
+                    va="bottom", fontsize=8, xytext=(0, 3), textcoords="offset points")
+    rounds = results.get("rounds")
     ax.set_ylabel("seconds to populate the whole q4 pipeline")
-    ax.set_ylim(0, max(secs, default=1.0) * 1.25 or 1.0)
-    ax.set_title(f"population per strategy, SF{results.get('sf', '?')}", fontsize=11)
+    ax.set_ylim(0, max((max(r) for r in runs), default=1.0) * 1.3 or 1.0)
+    rows = sum((_q4(results).get("rows") or {}).values())
+    ax.set_title(f"population of the whole q4 pipeline per strategy, SF{_sf(results)}"
+                 f" ({rows:,} rows)\n"
+                 + (f"{rounds} run(s) each, order reversed every round; " if rounds else "")
+                 + "bar: fastest run, dots and line: every run", fontsize=10)
     return _save(fig, path)
 
 
@@ -442,7 +635,9 @@ def incremental_times(results: Mapping[str, Any], path: Path) -> Path:
     answer_ms, year_total_ms = _recompute_ms(results)
     shares = sorted({float(s["share"]) for p in passes for s in p.get("sizes", [])})
     spark_share, spark_ms = spark_batches(results.get("spark"))
-    fig = _figure(13, 5.8)
+    sql_ms = ((_q4(results).get("spark_sql_recompute") or {}).get("answer") or {}).get(
+        "median_ms")
+    fig = _figure(13, 6.2)
     whole, kinds = fig.subplots(1, 2)
     styles = {"shared": ("C0", "-"), "unshared": ("C1", "--")}
     for p in passes:
@@ -459,7 +654,7 @@ def incremental_times(results: Mapping[str, Any], path: Path) -> Path:
                                         "(median, min-max)")
     if spark_ms is not None and spark_share is not None:
         whole.plot([spark_share], [spark_ms], marker="*", markersize=14, color="C3",
-                   linestyle="none", label="joinstate on local Spark (one batch)")
+                   linestyle="none", label="SparkPipeline, local[2] (fastest batch)")
     for ax in (whole, kinds):
         if answer_ms is not None:
             ax.axhline(answer_ms, color="0.25", linestyle="-", linewidth=1.2,
@@ -467,6 +662,9 @@ def incremental_times(results: Mapping[str, Any], path: Path) -> Path:
         if year_total_ms is not None:
             ax.axhline(year_total_ms, color="0.55", linestyle=":", linewidth=1.2,
                        label="DuckDB: year_total from scratch")
+        if sql_ms is not None:
+            ax.axhline(sql_ms, color="C9", linestyle="-.", linewidth=1.2,
+                       label="Spark SQL: q4 from scratch (median)")
         _log_ms_axis(ax)
         ax.grid(True, which="major", axis="y", alpha=0.3)
         if shares:
@@ -484,7 +682,91 @@ def incremental_times(results: Mapping[str, Any], path: Path) -> Path:
             kinds.plot(x, y, marker="o", color=f"C{i + 4}", label=KIND_TEXT[kind])
         kinds.set_title(f"per kind (indexes {shared['name']}, median)", fontsize=10)
         kinds.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=3)
-    fig.suptitle(f"change batches vs recomputing q4, SF{results.get('sf', '?')}", fontsize=12)
+    title = f"change batches vs recomputing q4, SF{_sf(results)}"
+    losing = _losing_sizes(results)
+    if losing:
+        title += (f"\nat {', '.join(losing)} DuckDB's recompute is faster here: see "
+                  "report.md, 'Where joinstate wins and where it loses'")
+    fig.suptitle(title, fontsize=11)
+    return _save(fig, path)
+
+
+def _row_class(rows: float) -> str:
+    """A change's size class by its rows: ~1k, ~10k, ~100k (one line per class)."""
+    exponent = max(2, min(6, round(math.log10(max(rows, 1)))))
+    return f"~{10 ** exponent:,}-row change"
+
+
+def scale_chart(results: Mapping[str, Any], path: Path) -> Path:
+    """Cost against scale: a fixed-size change and a recompute, recorded and this run's.
+
+    Recorded runs (``results["recorded"]``) are hollow markers joined by lines, one line
+    per change size class and per recompute engine; this run's figures are filled
+    markers at its scale factor.  Both axes are logarithmic.
+    """
+    from matplotlib.lines import Line2D
+
+    recorded = results.get("recorded") or {}
+    rec_runs = list(recorded.get("runs") or [])
+    fig = _figure(10, 6)
+    ax = fig.add_subplot()
+    classes = sorted({_row_class(r["rows"]) for r in rec_runs},
+                     key=lambda c: int(c.strip("~").split("-")[0].replace(",", "")))
+    colors = {c: f"C{i}" for i, c in enumerate(classes)}
+    for c in classes:
+        pts = sorted((float(r["sf"]), float(r["incremental_ms"])) for r in rec_runs
+                     if _row_class(r["rows"]) == c)
+        ax.plot(*zip(*pts, strict=True), color=colors[c], marker="o", markerfacecolor="white",
+                linewidth=1.4)
+    engines = {"DuckDB q4 from scratch": ("duckdb_ms", "0.2", "s"),
+               "Spark SQL q4 from scratch": ("spark_sql_ms", "C9", "D")}
+    for _name, (key, color, marker) in engines.items():
+        pts = sorted({(float(r["sf"]), float(r[key])) for r in rec_runs if r.get(key)})
+        if pts:
+            ax.plot(*zip(*pts, strict=True), color=color, marker=marker,
+                    markerfacecolor="white", linestyle="--", linewidth=1.2)
+    sf = results.get("sf")
+    passes = _passes(results)
+    if isinstance(sf, int | float) and passes:
+        for s in passes[0].get("sizes", []):
+            c = _row_class(_batch_rows(s))
+            color = colors.setdefault(c, f"C{len(colors)}")
+            ax.plot([sf], [float(s["batch"]["median_ms"])], marker="o", color=color,
+                    markersize=9, linestyle="none")
+            ax.annotate(f"{_batch_rows(s):,} rows", (sf, float(s["batch"]["median_ms"])),
+                        xytext=(6, -3), textcoords="offset points", fontsize=7)
+        answer_ms, _ = _recompute_ms(results)
+        if answer_ms is not None:
+            ax.plot([sf], [answer_ms], marker="s", color="0.2", markersize=9)
+        sql_ms = ((_q4(results).get("spark_sql_recompute") or {}).get("answer") or {}).get(
+            "median_ms")
+        if sql_ms is not None:
+            ax.plot([sf], [sql_ms], marker="D", color="C9", markersize=9)
+    ax.set_xscale("log")
+    scales = sorted({float(r["sf"]) for r in rec_runs}
+                    | ({float(sf)} if isinstance(sf, int | float) else set()))
+    ax.set_xticks(scales)
+    ax.set_xticklabels([f"SF{x:g}" for x in scales])
+    ax.minorticks_off()
+    ax.set_xlim(min(scales, default=0.1) / 1.6, max(scales, default=10) * 1.6)
+    _log_ms_axis(ax)
+    ax.set_xlabel("TPC-DS scale factor (log scale)")
+    ax.grid(True, which="major", alpha=0.3)
+    dates = sorted({f"{r['date']} {r['commit']}" for r in rec_runs})
+    load = _q4(results).get("load_average_start")
+    handles = [Line2D([], [], color=colors[c], marker="o", label=f"a {c} (joinstate)")
+               for c in colors]
+    handles += [Line2D([], [], color=color, marker=marker, linestyle="--", label=name)
+                for name, (_k, color, marker) in engines.items()]
+    handles += [Line2D([], [], color="0.3", marker="o", markerfacecolor="white",
+                       linestyle="none", label="recorded: " + "; ".join(dates)),
+                Line2D([], [], color="0.3", marker="o", linestyle="none",
+                       label=f"this run (SF{_sf(results)}, load average {load[0]:.1f} on "
+                       f"{os.cpu_count()} CPUs)" if load else f"this run (SF{_sf(results)})")]
+    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    ax.set_title("a change of a fixed size costs a little more as the data grows, a "
+                 "recompute much more\n(hollow: recorded runs on this machine; filled: this "
+                 "run)", fontsize=10)
     return _save(fig, path)
 
 
@@ -537,7 +819,7 @@ def draw_charts(results: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
             name = f"population-timeline-{_strategy_slug(str(entry['strategy']))}"
             charts[name] = population_timeline(
                 entry, out_dir / f"{name}.png",
-                f"population with strategy {entry['strategy']}: SF{results.get('sf', '?')}, "
+                f"population with strategy {entry['strategy']}: SF{_sf(results)}, "
                 f"{entry['s']:.2f} s")
     if _q4(results).get("population_strategies"):
         charts["population-time"] = population_times(results, out_dir / "population-time.png")
@@ -546,6 +828,8 @@ def draw_charts(results: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
         charts["incremental"] = incremental_times(results, out_dir / "incremental.png")
     if len(passes) > 1:
         charts["sharing"] = sharing(results, out_dir / "sharing.png")
+    if results.get("recorded"):
+        charts["scale"] = scale_chart(results, out_dir / "scale.png")
     return charts
 
 
@@ -593,31 +877,53 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
         md += [f"**Every answer matched DuckDB** ({passed} of {total} checks: both outputs "
                "after population and after every change, as multisets).", ""]
 
+    found = findings(results)
+    if found:
+        md += ["## Where joinstate wins and where it loses", ""]
+        md += [f"- {line}" for line in found] + [""]
+    phases = results.get("phases") or {}
+    if phases:
+        md += ["Wall time per phase: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.items())
+               + ".", ""]
+
     pops = list(q4.get("population_strategies") or [])
     if pops:
         fixed = [p["rows_per_s"] for p in pops if not str(p["strategy"]).startswith("auto")]
         best = max(fixed) if fixed else None
         md += ["## Population", "", "The whole pipeline loaded into an empty store, sources "
-               "smallest first, once per strategy.", ""]
+               "smallest first"
+               + (f", {results['rounds']} times per strategy, the order reversed every "
+                  "round (so neither a cold start nor a warm page cache favours one); the "
+                  "table gives each strategy's fastest run and every run's seconds"
+                  if results.get("rounds") else ", once per strategy") + ".", ""]
+        runs = list(q4.get("population_runs") or [])
+        if runs:
+            md += ["Run order: " + ", ".join(
+                f"{r['strategy']} {r['s']:.1f} s" for r in runs) + ".", ""]
         md += _image(charts, "population-time", "population time per strategy")
-        md += ["| strategy | seconds | rows/s | vs best fixed | compaction actions | "
-               "peak RSS | state on disk |", "|---|---|---|---|---|---|---|"]
+        md += ["| strategy | fastest s | every run s | spread | rows/s (fastest) | "
+               "vs best fixed | compaction actions | peak RSS | state on disk |",
+               "|---|---|---|---|---|---|---|---|---|"]
         for p in pops:
             rel = _ratio(p["rows_per_s"] / best) if best else "-"
-            md.append(f"| {p['strategy']} | {p['s']:.2f} | {p['rows_per_s']:,.0f} | {rel} | "
+            r_s = _runs_s(p)
+            md.append(f"| {p['strategy']} | {min(r_s):.2f} | "
+                      f"{', '.join(f'{x:.1f}' for x in r_s)} | {max(r_s) - min(r_s):.1f} | "
+                      f"{p['rows_per_s']:,.0f} | {rel} | "
                       f"{p['actions']} | {_mib(p.get('peak_rss_bytes'))} | "
                       f"{_mib(p.get('state_bytes'))} |")
         spark_s = spark_population_s(results.get("spark"))
         if spark_s is not None:
             md.append(f"| Spark, {results['spark'].get('shards')} shards (auto) | "
-                      f"{spark_s:.1f} | - | - | - | - | - |")
+                      f"{spark_s:.1f} | {spark_s:.1f} | - | - | - | - | - | - |")
         md.append("")
         timelines = [n for n in charts if n.startswith("population-timeline-")]
         if timelines:
-            md += ["Over time, per strategy: input rows/s (coloured by the source being "
-                   "loaded), write stalls, and per index or aggregate its L0 files, its "
-                   "size and the compaction RocksDB still owes it (grey: auto-compaction "
-                   "off; dotted: a manual compaction).", ""]
+            md += ["Over time, per strategy (its fastest run): input rows/s (coloured by the "
+                   "source being loaded), write stalls, and per index or aggregate (named "
+                   "by what it holds and its key) its L0 files, its size and the compaction "
+                   "RocksDB still owes it (grey: auto-compaction off; dotted: a manual "
+                   "compaction).", ""]
             for n in timelines:
                 md += _image(charts, n, n.replace("-", " "))
 
@@ -660,8 +966,9 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
                    f"{_ms(sq['year_total']['median_ms'])} ms; its answer "
                    f"{'equals' if sq.get('matches_duckdb') else 'DIFFERS FROM'} DuckDB's.", ""]
         if spark_ms is not None and spark_share is not None:
-            md += [f"On local Spark ({results['spark'].get('shards')} shards), one batch of "
-                   f"each kind at {_pct(spark_share)}: {spark_ms:,.0f} ms, Spark's job "
+            md += [f"On SparkPipeline ({results['spark'].get('shards')} shards, local[2]), "
+                   f"a whole batch at {_pct(spark_share)}, the fastest: {spark_ms:,.0f} ms, "
+                   "Spark's job "
                    "overhead included.", ""]
         md += [f"Per kind ({first['name']} indexes), median ms:", "",
                "| size | " + " | ".join(KIND_TEXT[k] for k in KINDS) + " |",
@@ -689,6 +996,21 @@ def to_markdown(results: Mapping[str, Any], charts: Mapping[str, Path | str]) ->
                       f"{_mib(p['index_bytes']['shared inputs'])} | "
                       f"{_mib(p['state_bytes_after_population'])} | "
                       f"{_mib(p['state_bytes_closed'])} | {p['population']['s']:.2f} | {cu} |")
+        md.append("")
+
+    recorded = results.get("recorded")
+    if recorded:
+        md += ["## Cost against scale", "",
+               "How a fixed-size change and a recompute grow with the data: the recorded "
+               f"runs ({recorded.get('machine', '')}; {recorded.get('what', '')}) beside "
+               "this run's own figures.", ""]
+        md += _image(charts, "scale", "cost against scale")
+        md += ["| SF | change | rows | incremental ms | DuckDB ms | Spark SQL ms | recorded |",
+               "|---|---|---|---|---|---|---|"]
+        for r in recorded.get("runs", []):
+            md.append(f"| {r['sf']:g} | {_pct(r['share'])} | {r['rows']:,} | "
+                      f"{r['incremental_ms']:,} | {r['duckdb_ms']:,} | {r['spark_sql_ms']:,} | "
+                      f"{r['date']}, `{r['commit']}`, {r.get('note', '')} |")
         md.append("")
 
     spark = results.get("spark")

@@ -70,6 +70,9 @@ def _check_failed(message: str) -> int:
 @click.option("--strategies", default="symmetric,asymmetric,auto", show_default=True,
               help="Population strategies to compare, comma-separated (symmetric, "
               "asymmetric, auto), each into a fresh store.")
+@click.option("--rounds", type=int, default=2, show_default=True,
+              help="Populations per strategy, the order reversed every other round (the "
+              "report gives the fastest and the spread).")
 @click.option("--sizes", default="0.0001,0.001,0.01", show_default=True,
               help="Change-batch sizes as shares of all sales rows, comma-separated.")
 @click.option("--spark/--no-spark", default=False, show_default=True,
@@ -81,37 +84,50 @@ def _check_failed(message: str) -> int:
 @click.option("--spark-share", type=float, default=None,
               help="Spark's batch size (it runs one batch of each kind)  [default: the "
               "middle of --sizes]")
-@click.option("--unshared/--no-unshared", default=True, show_default=True,
+@click.option("--streaming/--no-streaming", default=False, show_default=True,
+              help="With --spark: also customer x store_sales as Spark Structured "
+              "Streaming's own join, beside in-process and SparkJoin.")
+@click.option("--unshared/--no-unshared", default=False, show_default=True,
               help="Also run a pass with one index per operator input (shared vs unshared).")
-@click.option("--chunk-rows", type=int, default=50_000, show_default=True,
+@click.option("--chunk-rows", type=int, default=100_000, show_default=True,
               help="Rows per population push (the timeline has a sample per push).")
 @click.option("--check", type=click.Choice(["each", "size", "end"]), default="each",
               show_default=True, help="Check against DuckDB after each batch kind, size, or "
               "only at the end (population is always checked).")
+@click.option("--queries", default=None,
+              help="Run these official TPC-DS queries instead (all, or numbers and ranges "
+              "like 3,7,40-42): each compiled, populated, given three change batches and "
+              "checked against DuckDB (bench/tpcds_all.py); --sf, --out, --seed, --workdir "
+              "and --cache-dir apply.")
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="With --queries: queries run at once, one process each.")
 @seed_option()
 @workdir_option("Keep the RocksDB directories here (default: a temporary directory).")
 @cache_dir_option()
-def tpcds(sf: float, strategies: str, sizes: str, spark: bool, out: Path | None,
-          repeat: int, shards: int, spark_share: float | None, unshared: bool,
-          chunk_rows: int, check: str, seed: int, workdir: Path | None,
-          cache_dir: Path | None) -> int:
+def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
+          out: Path | None, repeat: int, shards: int, spark_share: float | None,
+          streaming: bool, unshared: bool, chunk_rows: int, check: str, queries: str | None,
+          jobs: int, seed: int, workdir: Path | None, cache_dir: Path | None) -> int:
     """TPC-DS query 4 kept live by a pipeline, every answer checked against DuckDB.
 
-    Runs bench.q4: the q4 pipeline populated once per --strategies (samples of RocksDB
-    over time), then, with shared indexes and without, --repeat change batches of each
-    --sizes (new sales, deleted sales, customer updates, a date_dim correction), each
-    checked against DuckDB computing q4 from scratch; with --spark, q4 on local Spark
-    (bench.q4spark).  Writes report.json, report.md and PNG charts (population timelines,
-    population time, change batches vs recompute, shared vs unshared) into --out and
-    prints where.  Exit status 0 if every answer matched DuckDB, 1 if one differed (the
+    The q4 pipeline populated --rounds times per --strategies, the order reversed each
+    round (samples of RocksDB over time), then --repeat change batches of each --sizes
+    (new sales, deleted sales, customer updates, a date_dim correction), each checked
+    against DuckDB computing q4 from scratch; with --spark, Spark SQL's recompute and q4
+    on local Spark (bench.q4spark).  Writes report.json, report.md and PNG charts
+    (population timelines, population time, change batches vs recompute, cost against
+    scale with recorded runs) into --out and prints where (bench/tpcds_cli.py).  Exit
+    status 0 if every answer matched DuckDB, 1 if one differed (the
     report says where), 2 for a usage error.
 
     \b
     Examples:
       joinstate bench tpcds
-      joinstate bench tpcds --sf 0.01 --spark --out bench-results/tpcds
+      joinstate bench tpcds --sf 0.3 --spark      # ./dev tpcds, the main job
       joinstate bench tpcds --sf 0.1 --strategies auto --sizes 0.001 --repeat 1
     """
+    if queries is not None:
+        return _tpcds_queries(queries, sf, out, seed, workdir, cache_dir, jobs)
     from bench import tpcds_cli
     from bench.report import check_counts, failures
 
@@ -119,19 +135,16 @@ def tpcds(sf: float, strategies: str, sizes: str, spark: bool, out: Path | None,
     size_list = _floats(sizes, "--sizes")
     out_dir = out if out is not None else RESULTS / f"tpcds-sf{sf:g}"
     tpcds_cli.check_arguments(sf, strategy_list, size_list, repeat, spark, shards,
-                              spark_share, chunk_rows, check)
+                              spark_share, chunk_rows, check, rounds)
     # Arrow's query engine prints a C++ warning per unaligned input buffer (tables
     # decoded from IPC); it changes nothing here, so keep the terminal readable.
     os.environ.setdefault("ACERO_ALIGNMENT_HANDLING", "ignore")
-    err = rich_console(stderr=True)
-
-    def say(line: str) -> None:
-        err.print(f"[bold]joinstate bench tpcds[/bold]: {line}", soft_wrap=True)
-
     results, files = tpcds_cli.run_and_report(
-        out_dir, sf=sf, strategies=strategy_list, sizes=size_list, spark=spark,
-        repeat=repeat, shards=shards, spark_share=spark_share, unshared=unshared, seed=seed,
-        chunk_rows=chunk_rows, check=check, workdir=workdir, cache_dir=cache_dir, say=say)
+        out_dir, sf=sf, strategies=strategy_list, rounds=rounds, sizes=size_list,
+        spark=spark, repeat=repeat, shards=shards, spark_share=spark_share,
+        streaming=streaming, unshared=unshared, seed=seed, chunk_rows=chunk_rows,
+        check=check, workdir=workdir, cache_dir=cache_dir,
+        steps=tpcds_cli.Steps(rich_console(stderr=True)))
     passed, total = check_counts(results)
     click.echo(f"report: {files.markdown} ({files.json.name} and {len(files.charts)} PNG "
                f"chart(s) beside it); {results['seconds']:.0f} s")
@@ -141,6 +154,37 @@ def tpcds(sf: float, strategies: str, sizes: str, spark: bool, out: Path | None,
                    f"first: {bad[0] if bad else '?'} (details in {files.markdown})", err=True)
         return EXIT_CHECK_FAILED
     click.echo(f"every answer matched DuckDB ({passed} checks)")
+    return EXIT_OK
+
+
+def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
+                   workdir: Path | None, cache_dir: Path | None, jobs: int) -> int:
+    """``tpcds --queries``: bench.tpcds_all over the named queries, report and exit status."""
+    from bench import tpcds_all
+
+    try:
+        numbers = tpcds_all.parse_queries(queries)
+    except tpcds_all.QueryArgumentError as e:
+        raise CliError(str(e)) from None
+    if jobs < 1:
+        raise CliError(f"--jobs {jobs}: give at least 1")
+    out_dir = out if out is not None else RESULTS / f"tpcds-queries-sf{sf:g}"
+    err = rich_console(stderr=True)
+    results = tpcds_all.run(
+        numbers, sf, seed=seed, workdir=workdir, cache_dir=cache_dir, jobs=jobs,
+        say=lambda line: err.print(line, soft_wrap=True, markup=False))
+    files = tpcds_all.write_report(results, out_dir)
+    s = results["summary"]
+    click.echo(f"report: {files['markdown']} (report.json and the chart beside it); "
+               f"{results['seconds']:.0f} s")
+    click.echo(f"{s['compiled']} of {s['queries']} compiled; {s['matched_all']} matched "
+               f"DuckDB after population and {tpcds_all.BATCHES} batches; {s['nonempty']} "
+               f"non-empty; {s['nonempty_and_changed']} non-empty and changed")
+    if not results["ok"]:
+        bad = s["failed"] + s["errors"]
+        return _check_failed(f": {len(bad)} queries differ from DuckDB or failed to run: "
+                             f"{', '.join(f'q{q}' for q in bad)} (details in "
+                             f"{files['markdown']})")
     return EXIT_OK
 
 
@@ -464,12 +508,14 @@ def q4(sf: float, sizes: tuple[float, ...], repeat: int, out: Path, no_unshared:
                 "removed after).")
 def q4spark(sf: float, shards: int, share: float, seed: int, out: Path,
             workdir: Path | None) -> int:
-    """TPC-DS q4 on local Spark (spark_io.SparkPipeline), every answer checked by DuckDB.
+    """TPC-DS q4 on local Spark (spark_io.SparkPipeline) beside in-process, checked.
 
-    q4's pipeline populated through Spark's mapInArrow workers, then three change
-    batches applied with SparkPipeline.apply, the outputs compared with DuckDB after
-    each.  Needs the spark extra and Java 17.  Writes q4-spark.json and q4-spark.md into
-    --out (details: bench/q4spark.py).
+    Population and change batches (the four kinds together) in-process and as
+    SparkPipeline operations (one Spark job each), an empty and a 20-row micro-batch
+    through foreach_batch_sink, and a two-table view from SparkPipeline.from_sql; every
+    answer compared with DuckDB, every figure with the load average and a table of the
+    issue's targets.  Needs the spark extra and Java 17.  Writes q4-spark.json and
+    q4-spark.md into --out (details: bench/q4spark.py).
 
     \b
     Examples:
