@@ -21,7 +21,10 @@ __all__ = ["AsymmetricPolicy"]
 
 
 class AsymmetricPolicy:
-    """On the small side's *finished* event: compact it fully, then disable the big side.
+    """On the small side's *finished* event: compact it fully, then disable the big side(s).
+
+    A pipeline has any number of sources: every source but the small one counts as big
+    (a one-source pipeline has none, and only the compaction of the small one remains).
 
     If ``control.small`` is unset when a side finishes, the first side to finish is taken
     as the small one: under interleaved delivery that is what "small" means.  Population
@@ -46,10 +49,10 @@ class AsymmetricPolicy:
                 return
             self.small_finished = True
             small = event.side
-            big = control.other(small)
             for cf in control.cfs(small):
                 control.compact(cf, f"small side {small} finished")
-            for cf in control.data_cfs(big):
-                control.disable(cf, f"big side {big} is write-only from now on")
+            for big in control.others(small):
+                for cf in control.data_cfs(big):
+                    control.disable(cf, f"big side {big} is write-only from now on")
         elif isinstance(event, PopulationEnded):
             control.restore("population ended" + (" by failure" if event.failed else ""))

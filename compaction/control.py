@@ -86,8 +86,16 @@ class CompactionControl:
         return self.side_data_cfs[side]
 
     def other(self, side: str) -> SideName:
-        """Return the opposite side."""
+        """Return the opposite side (of a join's two)."""
         return "right" if side == "left" else "left"
+
+    def others(self, side: str) -> list[str]:
+        """Every other input controlled here.
+
+        A join's other side, or a pipeline's other sources (none for a one-source one).
+        """
+        self.cfs(side)  # names the input if it is not controlled here
+        return [s for s in self.side_cfs if s != side]
 
     # ---- actions ----------------------------------------------------------------------
 
