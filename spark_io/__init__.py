@@ -16,9 +16,12 @@ Without pyspark, ``import spark_io`` raises :class:`SparkNotInstalledError` (an
 ``ImportError``) saying ``pip install 'joinstate[spark]'``.
 
 This is the only package (with ``bench``) that imports pyspark; ``joinstate``,
-``population`` and ``compaction`` never do.  See :mod:`spark_io.job` for what runs on
-the driver and what on executors, and :mod:`spark_io._worker` for what survives a task
-retry.
+``population`` and ``compaction`` never do.  Two drivers, one lifecycle:
+:mod:`spark_io.job` (:class:`SparkJoin`) and :mod:`spark_io.pipeline`
+(:class:`SparkPipeline`, whose operations run as one Spark job: :mod:`spark_io.dag`) run
+every operation through :mod:`spark_io.lifecycle` (ids, output directories, the job,
+reports) and :mod:`spark_io.operation` (exactly once: the operation record, undo and
+rollback); :mod:`spark_io._worker` says what survives a task retry.
 """
 
 from spark_io.errors import (

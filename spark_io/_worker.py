@@ -378,7 +378,7 @@ def reports_errors(call: Callable[[Any, Iterator[Any]], Iterator[pa.RecordBatch]
 
     The task yields one more report row (shard -1) whose detail holds the error
     (:func:`spark_io.errors.error_detail`) and ends normally, after reading the rest of
-    its input; the driver raises it (:func:`spark_io.job.run_job`).  Other errors are
+    its input; the driver raises it (:func:`spark_io.lifecycle.run_job`).  Other errors are
     raised as before (Spark may retry them).
     """
 

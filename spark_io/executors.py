@@ -14,7 +14,7 @@ The probe runs one task per core (``defaultParallelism``, at most
 :data:`PROBE_TASKS_MAX`) rather than one: importing joinstate takes a second or more in
 a fresh Python worker, and with ``spark.python.worker.reuse`` (the default) Spark keeps
 these workers for later RDD jobs, which is how ``SparkJoin`` runs its shard tasks
-(:func:`spark_io.job.run_job`).  The first real job then starts no interpreter on any
+(:func:`spark_io.lifecycle.run_job`).  The first real job then starts no interpreter on any
 core.  (``mapInArrow`` stages use a separate pool of workers, started on their first use.)
 """
 

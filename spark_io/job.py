@@ -49,9 +49,7 @@ a time (:class:`~spark_io.errors.WriterConflictError` for a stale one).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 import math
 import time
@@ -59,7 +57,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark import RDD
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -83,24 +80,35 @@ from spark_io._worker import (
 from spark_io.errors import (
     PopulationStateError,
     SparkIOError,
-    SparkJobError,
-    error_from_detail,
-    task_reason,
-    translate_task_error,
 )
 from spark_io.executors import check_executors
 from spark_io.frames import ParquetFiles, count_rows, parquet_files
+from spark_io.lifecycle import (
+    REPORT_NAME,
+    check_session,
+    checkpoints_of,
+    complete_output_dir,
+    default_outputs,
+    failed_apply_note,
+    local_outputs,
+    open_output_dir,
+    operation_id,
+    run_job,
+    undone_on_failure,
+    write_report,
+)
 from spark_io.manifest import Manifest, ShardStorage, manifest_path, other_owners
 from spark_io.operation import OperationRecord, Operations, collect_change
 from spark_io.outputs import OutputDir
-from spark_io.report import REPORT_SCHEMA, JobReport, ShardReport, SparkReport
+from spark_io.report import JobReport, SparkReport
 from spark_io.routing import SHARD, route, split
 from spark_io.types import arrow_schema, arrow_type, spark_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
+    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
@@ -132,19 +140,6 @@ shuffle, the sort and the second Arrow transfer (same data, 2 shards: 3.3 s of a
 job beyond its tasks on 2 cores).  The break-even is near 40 shards; 16 leaves room
 for slower shared storage, which every task reads in full.
 """
-_MARKER = "_joinstate_operation.json"
-OUTPUTS_UNDER_CHECKPOINTS = "_outputs"
-"""With ``checkpoint_uri``, outputs default to ``<checkpoint_uri>/_outputs/``."""
-REPORT_NAME = "_joinstate_report.json"
-"""A micro-batch's report, next to its output."""
-"""In each operation output directory: join, operation, kind, and when it finished
-(``_``-prefixed: Spark's Parquet reader skips it)."""
-
-
-def _operation_id(kind: str) -> str:
-    return f"{kind}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-
-
 def _side_of(df: DataFrame, key: Sequence[str], unique_key: Sequence[str] | None,
              label: str) -> Side:
     fields = [f for f in df.schema.fields if f.name != WEIGHT]
@@ -212,7 +207,7 @@ class SparkJoin:
         output_uri: str | Path | None = None,
     ) -> None:
         # Every argument first: nothing is written and no job runs if one is wrong.
-        _check_session(spark)
+        check_session(spark)
         name = args.check_name(name)
         left = args.check_dataframe(left, "left")
         right = args.check_dataframe(right, "right")
@@ -264,7 +259,7 @@ class SparkJoin:
         so rows route exactly as before and shards are read as their committed
         checkpoints.  ``local_dir`` and ``keep_checkpoints`` as for ``SparkJoin(...)``.
         """
-        _check_session(spark)
+        check_session(spark)
         name = args.check_name(name)
         state = args.check_state_dir(state_dir)
         options = args.check_options(options)
@@ -450,7 +445,7 @@ class SparkJoin:
                     )
             op = str(running["operation"])
         else:
-            op = _operation_id("populate")
+            op = operation_id("populate")
             self.manifest = self.manifest.replace(populating={
                 "operation": op, "small_side": small, "strategy": strategy,
                 "read": "files" if files else "shuffle"})
@@ -583,7 +578,7 @@ class SparkJoin:
         """
         side = args.check_side(side)
         changes = args.check_dataframe(changes, "changes")
-        op = args.check_op_id(op_id, "op_id") or _operation_id("apply")
+        op = args.check_op_id(op_id, "op_id") or operation_id("apply")
         rows = self._conform_changes(side, changes)  # schema checked before any directory
         with self._ops.hold():
             self._ready("apply")
@@ -859,168 +854,6 @@ class SparkJoin:
                      / f"{report.operation}.json")
 
 
-# ---- pieces shared with spark_io.pipeline ------------------------------------------------
-
-
-def operation_id(kind: str) -> str:
-    """A fresh operation id: ``<kind>-<UTC time>-<8 hex digits>``."""
-    return _operation_id(kind)
-
-
-def check_session(spark: object) -> None:
-    """Raise :class:`SchemaMismatchError` unless ``spark`` is a ``SparkSession``."""
-    _check_session(spark)
-
-
-def run_job(spark: SparkSession, df: DataFrame | RDD[Any], task: Callable[..., Any],
-            side: str) -> JobReport:
-    """Run ``task`` over ``df`` and collect its report rows.
-
-    A DataFrame runs as ``df.mapInArrow(task, REPORT_SCHEMA)``; an RDD (shard numbers
-    or Arrow batches the driver made, one partition per shard) as
-    ``rdd.mapPartitions(task)``.  RDD jobs use the Python workers the executor probe
-    started (:func:`check_executors`), so they start no interpreter.  A task failure
-    carrying a joinstate, population or spark_io error is raised as that error
-    (Spark's exception on ``err.spark_error``).
-    """
-    check_executors(spark)  # cached: one probe job per session
-    t0 = time.perf_counter()
-    try:
-        if isinstance(df, RDD):
-            rows: list[Any] = df.mapPartitions(task).flatMap(_report_rows).collect()
-        else:
-            rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
-    except Exception as exc:  # Spark wraps task failures; surface the library error
-        if isinstance(exc, SparkIOError) or not _from_spark(exc):
-            raise
-        err = translate_task_error(exc)
-        if err is None:
-            err = SparkJobError(
-                f"a Spark job ({side}) failed outside joinstate: {task_reason(exc)}; see the "
-                "executor logs (err.spark_error holds Spark's exception)")
-        # Spark's exception (with the executor's traceback) stays on err.spark_error.
-        err.spark_error = exc  # type: ignore[attr-defined]
-        raise err from None
-    shards = tuple(ShardReport.from_row(r) for r in rows)
-    for shard in shards:
-        if "error" in shard.detail:  # a task reported the library error it met
-            err = error_from_detail(shard.detail["error"])
-            err.spark_error = None  # type: ignore[attr-defined]  # no task failed
-            raise err from None
-    return JobReport(side=side, seconds=time.perf_counter() - t0, shards=shards)
-
-
-def _from_spark(exc: BaseException) -> bool:
-    """Whether ``exc`` is Spark's (py4j's or pyspark's) report of a failed job."""
-    module = type(exc).__module__
-    return module.startswith(("py4j", "pyspark"))
-
-
-def _report_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """A task's report batch as rows (runs on executors, after the task, in RDD jobs)."""
-    rows: list[dict[str, Any]] = batch.to_pylist()
-    return rows
-
-
-def checkpoints_of(job: JobReport) -> dict[str, str]:
-    """``{store key: checkpoint id}`` reported by a job's tasks (checkpointed shards)."""
-    out: dict[str, str] = {}
-    for shard in job.shards:
-        ck = shard.detail.get("checkpoint")
-        if isinstance(ck, dict) and ck.get("id"):
-            out[str(ck["store"])] = str(ck["id"])
-    return out
-
-
-def failed_apply_note(op: str, call: str, checkpointed: bool) -> str:
-    """What a failed ``apply`` left behind and how to complete it (added to the error)."""
-    how = ("rolled back to their committed checkpoints" if checkpointed
-           else "rolled back from their undo records")
-    return (f"apply operation id {op!r} was not committed: shards that ran it are {how}; "
-            f"{call}, or with a corrected change, applies it once")
-
-
-@contextlib.contextmanager
-def undone_on_failure(out_dir: OutputDir, created: bool, note: str) -> Iterator[None]:
-    """On failure, remove the output directory the operation created, then re-raise.
-
-    ``note`` (how to complete the operation) is added to the error.
-    """
-    try:
-        yield
-    except BaseException as exc:
-        if created:
-            with contextlib.suppress(OSError, pa.ArrowException):
-                out_dir.remove()
-        if isinstance(exc, Exception):
-            exc.add_note(note)
-        raise
-
-
-def open_output_dir(outputs: OutputDir, owner: str, operation: str, kind: str
-                    ) -> tuple[OutputDir, bool]:
-    """``<outputs>/<operation>`` with its marker, and whether this call created it."""
-    out_dir = outputs.child(operation)
-    created = not out_dir.exists()
-    out_dir.make()
-    if _read_marker(out_dir) is None:
-        out_dir.write_text(_MARKER, json.dumps({"join": owner, "operation": operation,
-                                                "kind": kind}))
-    return out_dir, created
-
-
-def complete_output_dir(outputs: OutputDir, out_dir: OutputDir, owner: str,
-                        keep: int | None) -> None:
-    """Mark ``out_dir`` finished (now); keep ``owner``'s newest ``keep`` finished ones."""
-    info = _read_marker(out_dir) or {"join": owner,
-                                     "operation": out_dir.uri.rstrip("/").rsplit("/", 1)[-1]}
-    info["finished"] = time.time()
-    out_dir.write_text(_MARKER, json.dumps(info))
-    if keep is None:
-        return
-    finished = []
-    for name, is_dir in outputs.entries():
-        d = outputs.child(name)
-        if not is_dir or d == out_dir:
-            continue
-        m = _read_marker(d)
-        if m is None or m.get("join") != owner or "finished" not in m:
-            continue  # another owner's, an unfinished (resumable) one, or not ours
-        finished.append((float(m["finished"]), name, d))
-    finished.sort(reverse=True)
-    for _, _, d in finished[max(0, keep - 1):]:
-        log.info("keep_outputs=%d: removing old output %s", keep, d.uri)
-        with contextlib.suppress(OSError, pa.ArrowException):
-            d.remove()
-
-
-def default_outputs(state_dir: Path, checkpoint_uri: str | None) -> str:
-    """Where a new join or pipeline keeps operation outputs unless ``output_uri`` says.
-
-    With checkpoints, under the checkpoint location (which every executor reaches, so
-    the driver's ``state_dir`` need not be shared); else in ``state_dir``.
-    """
-    if checkpoint_uri is not None:
-        return OutputDir(checkpoint_uri).child(OUTPUTS_UNDER_CHECKPOINTS).uri
-    return str(state_dir / "_spark" / "outputs")
-
-
-def local_outputs(outputs: OutputDir) -> Path:
-    """``outputs`` as a local path, or :class:`SparkIOError` saying where they are."""
-    if not outputs.is_local:
-        raise SparkIOError(
-            f"operation outputs live at {outputs.uri}, not on a local file system; use "
-            "outputs_uri (and pyarrow.fs or Spark to read it)")
-    return outputs.local_path
-
-
-def write_report(report: SparkReport, path: Path) -> None:
-    """Write ``report`` as JSON to ``path`` and log its summary."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report.to_json())
-    log.info("%s", report.summary())
-
-
 def _check_read(read: object) -> str:
     if read not in READS:
         raise PopulationError(f"read={read!r} must be one of {READS}")
@@ -1033,20 +866,3 @@ def _counts(frames: dict[SideName, DataFrame], files: dict[SideName, ParquetFile
     if files:
         return {s: files[s].rows for s in _SIDES}
     return count_rows({s: frames[s] for s in _SIDES})
-
-
-def _check_session(spark: object) -> None:
-    from pyspark.sql import SparkSession
-
-    if not isinstance(spark, SparkSession):
-        raise SchemaMismatchError(
-            f"spark must be a pyspark.sql.SparkSession, got {type(spark).__name__}")
-
-
-def _read_marker(directory: OutputDir) -> dict[str, Any] | None:
-    text = directory.read_text(_MARKER)
-    try:
-        raw = json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-    return raw if isinstance(raw, dict) else None

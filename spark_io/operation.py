@@ -415,7 +415,7 @@ def collect_change(rows: DataFrame, schema: pa.Schema, target: str, what: str,
     A change of at most :data:`spark_io.routing.COLLECT_MAX_ROWS` rows is collected as
     Arrow (:func:`spark_io.routing.collect_small`); a larger one is written to Parquet
     under ``spill`` by one Spark job and digested by another over those files (``run``:
-    :func:`spark_io.job.run_job`), whose rows the tasks will read.  Validation errors
+    :func:`spark_io.lifecycle.run_job`), whose rows the tasks will read.  Validation errors
     (see :func:`change_sums`) are raised before any task of the operation runs.
     """
     from spark_io.routing import collect_small

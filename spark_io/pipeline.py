@@ -84,7 +84,7 @@ from spark_io.dag import ChangeRef, OperationResult, OperationSpec, run_operatio
 from spark_io.errors import PopulationStateError, SparkIOError
 from spark_io.executors import check_executors
 from spark_io.frames import parquet_files
-from spark_io.job import (
+from spark_io.lifecycle import (
     check_session,
     complete_output_dir,
     default_outputs,
