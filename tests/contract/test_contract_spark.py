@@ -103,7 +103,7 @@ def _short(case: Case, changes: int) -> Case:
 
 @pytest.mark.parametrize("case", [
     next(c for c in join_cases((0,)) if c.id == "no_unique-full-0"),
-    next(c for c in pipeline_cases((3,))),
+    pytest.param(next(c for c in pipeline_cases((3,))), marks=pytest.mark.slow),
 ], ids=lambda c: c.id)
 def test_spark_pipeline_matches_oracle(spark: SparkSession, tmp_path: Path, case: Any) -> None:
     c = _short(case.make(), 4)
