@@ -17,7 +17,7 @@ from planner.rule import Decision
 from planner.rules._text import rows as fmt
 
 if TYPE_CHECKING:
-    from planner.distribute import DistributionContext
+    from planner.distcontext import DistributionContext
 
 __all__ = ["PartitionExchange"]
 

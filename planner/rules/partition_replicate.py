@@ -31,7 +31,7 @@ from planner.rule import Decision
 from planner.rules._text import rows as fmt
 
 if TYPE_CHECKING:
-    from planner.distribute import DistributionContext
+    from planner.distcontext import DistributionContext
     from planner.placement import Arrival
 
 __all__ = ["PartitionReplicate", "first_choices"]

@@ -21,7 +21,7 @@ from planner.rules._text import rows as fmt
 from planner.rules.partition_replicate import first_choices
 
 if TYPE_CHECKING:
-    from planner.distribute import DistributionContext
+    from planner.distcontext import DistributionContext
 
 __all__ = ["PartitionSources"]
 

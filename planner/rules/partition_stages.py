@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from planner.rule import Decision
 
 if TYPE_CHECKING:
-    from planner.distribute import DistributionContext
+    from planner.distcontext import DistributionContext
 
 __all__ = ["PartitionStages"]
 
