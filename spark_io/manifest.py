@@ -311,19 +311,7 @@ class Manifest:
 
     def write(self, state_dir: str | Path) -> Path:
         """Write atomically (temporary file in the same directory, then rename)."""
-        path = manifest_path(state_dir, self.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(self.to_json())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return _write_durably(manifest_path(state_dir, self.name), self.to_json())
 
     @classmethod
     def read(cls, state_dir: str | Path, name: str) -> Manifest:
@@ -439,19 +427,7 @@ class PipelineManifest:
 
     def write(self, state_dir: str | Path) -> Path:
         """Write atomically and durably (temporary file, fsync, rename)."""
-        path = pipeline_manifest_path(state_dir, self.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(self.to_json())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return _write_durably(pipeline_manifest_path(state_dir, self.name), self.to_json())
 
     @classmethod
     def read(cls, state_dir: str | Path, name: str) -> PipelineManifest | None:
@@ -467,3 +443,23 @@ class PipelineManifest:
     def replace(self, **changes: Any) -> PipelineManifest:
         """A copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+
+def _write_durably(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically and durably.
+
+    A temporary file in the same directory, fsync, then rename: a crash leaves the old
+    file or the new one, whole.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
