@@ -366,6 +366,11 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                      f"would rerun) every batch is faster, the largest by "
                      f"{_ratio(sql_ms / slowest)}." if slowest < sql_ms else
                      f" Spark SQL's recompute took {_ms(sql_ms)} ms.")
+        warm = passes[0].get("warm")
+        if warm and warm.get("s"):
+            text += (f" Before the batches, `Pipeline.warm()` built the sources' row multisets "
+                     f"in {_ms(float(warm['s']) * 1e3)} ms: a one-time scan that the first "
+                     "retraction after a population or a reopen pays otherwise.")
         out.append(text)
         if loses:
             fit = _fit([(_batch_rows(s), float(s["batch"]["median_ms"])) for s in sizes])

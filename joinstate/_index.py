@@ -21,6 +21,7 @@ from joinstate._bytes import Bytes
 from joinstate._probe import Entries, ProbeCache, ProbePolicy
 from joinstate.batch import PreparedBatch
 from joinstate.codec import RowCodec
+from joinstate.errors import StateCorruptedError
 from joinstate.keys import KeyCodec, hash_prefix, prefix_bytes, row_hash
 from joinstate.layouts import LAYOUTS, BagLayout
 from joinstate.names import degree_cf, nulls_cf
@@ -99,6 +100,30 @@ class Index:
             cache = self.build_cache()
             if len(cache) <= self.policy.max_rows:
                 self.cache = cache
+
+    def verify(self, owner: str) -> dict[str, int]:
+        """Read every stored entry (rows and NULL-key rows) and check it against the counters.
+
+        Returns ``{"rows", "entries", "null_rows", "null_entries"}``.  A checksum failure
+        reading a block, a count that disagrees with its counter, or in-memory state that
+        decides writes without reading (the bag entry map, the unique key set) disagreeing
+        with what was read raises :class:`~joinstate.errors.StateCorruptedError`; ``owner``
+        ("join 'j', left side") names where in the message.
+        """
+        counted: dict[str, int] = {}
+        for layout, part in ((self.layout, ""), (self.nulls, "null_")):
+            _, w, _ = layout.scan()
+            got = {"rows": int(w.sum()) if len(w) else 0, "entries": len(w)}
+            for what, n in got.items():
+                counted[part + what] = n
+                want = self.store.counter(layout.cf, what)
+                if n != want:
+                    raise StateCorruptedError(
+                        f"{owner}: {layout.cf} holds {n} {what} but its counter says "
+                        f"{want}; the state is inconsistent: restore it from a copy or "
+                        "repopulate")
+            layout.check_derived()
+        return counted
 
     # ---- names, counters, views -------------------------------------------------------
 

@@ -382,6 +382,17 @@ class SourceRows:
             self.mapped = np.bincount(_bucket(lo), minlength=BUCKETS).astype(np.int64)
         return self.emap
 
+    def reset(self) -> None:
+        """Forget the in-memory multiset (rebuilt from the record when next needed)."""
+        self.emap = None
+        self.stored = np.zeros(BUCKETS, np.int64)
+        self.seqs = [[] for _ in range(BUCKETS)]
+        self.mapped = np.zeros(BUCKETS, np.int64)
+
+    def warm(self) -> int:
+        """Build the in-memory multiset now rather than at the first retraction; rows held."""
+        return self._map().total()
+
     # ---- staging ----------------------------------------------------------------------
 
     def stage(self, table: pa.Table, w: np.ndarray, txn: Transaction,

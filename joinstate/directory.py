@@ -31,15 +31,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from joinstate.db import Database
-
 __all__ = ["check_directory", "claim", "hold_directory", "lock_file", "release"]
 
 _ROCKSDB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
 _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
 _ROCKSDB_SUFFIXES = (".sst", ".log", ".blob")
 
-_HELD: dict[str, tuple[str, weakref.ref[Database] | None]] = {}
+_HELD: dict[str, tuple[str, weakref.ref[object] | None]] = {}
 """Resolved directory -> who in this process holds it: ``"this process"`` and the store
 (an open read-write store; a weak reference, so a store dropped without ``close()``
 frees its entry when RocksDB lets its lock go) or ``"a restore in this process"``."""
@@ -50,7 +48,7 @@ def _held_key(path: Path) -> str:
     return str(path.resolve())
 
 
-def claim(path: Path, what: str, store: Database | None = None) -> str:
+def claim(path: Path, what: str, store: object | None = None) -> str:
     """Register ``path`` as held by ``store`` (None: a restore), or raise StateLockedError."""
     key = _held_key(path)
     with _HELD_GUARD:
@@ -62,7 +60,7 @@ def claim(path: Path, what: str, store: Database | None = None) -> str:
     return key
 
 
-def release(key: str, store: Database | None = None) -> None:
+def release(key: str, store: object | None = None) -> None:
     """End the hold of ``key`` by ``store`` (None: a restore's)."""
     with _HELD_GUARD:
         held = _HELD.get(key)

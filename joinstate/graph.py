@@ -32,7 +32,6 @@ the definition was written in, whatever order its outputs were declared in.
 from __future__ import annotations
 
 import heapq
-from collections import abc
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +55,7 @@ from joinstate.nodes import (
     WindowNode,
     normalize_how,
 )
+from joinstate.ordering import OrderBy, check_order_by, sort_indices
 from joinstate.schema import WEIGHT
 from joinstate.streams import GroupedStream, Stream, as_stream, join_all, source
 
@@ -85,7 +85,6 @@ __all__ = [
     "needed_columns",
     "normalize_how",
     "source",
-    "spec_diff",
 ]
 
 SPEC_VERSION = 2
@@ -106,10 +105,25 @@ class Materialized:
 
     node: Node
     count: str
-    order_by: tuple[tuple[str, str, str], ...] = ()
+    order_by: OrderBy = ()
     limit: int | None = None
     hidden: tuple[str, ...] = ()
     """Columns kept only to order the output when it is read (not output columns)."""
+
+    def present(self, held: pa.Table, *, hide: bool = True) -> pa.Table:
+        """Rows held (each as often as held) as a read returns them: ordered and limited.
+
+        ``hide=False`` keeps the hidden ordering columns: a shard's first ``limit`` rows
+        in order, which a reader merges with other shards' and presents again.
+        """
+        rows = held
+        if self.order_by and rows.num_rows:
+            rows = rows.take(sort_indices(rows, self.order_by))
+        if self.limit is not None:
+            rows = rows.slice(0, self.limit)
+        if hide and self.hidden:
+            rows = rows.drop_columns(list(self.hidden))
+        return rows
 
     def spec(self) -> dict[str, Any]:
         """JSON-able (stored with the pipeline)."""
@@ -248,7 +262,8 @@ class Graph:
                 raise SchemaMismatchError(
                     f"output {name!r}: hide={list(hidden)} must name columns of the stream "
                     f"(not all of them; {node.schema.names}) of a materialized output")
-        order = _check_order(name, node.schema, order_by)
+        order = () if order_by is None else check_order_by(f"output {name!r}", node.schema,
+                                                             order_by)
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                                   or limit < 0):
             raise SchemaMismatchError(f"output {name!r}: limit={limit!r} must be an int >= 0")
@@ -285,6 +300,15 @@ class Graph:
             raise SchemaMismatchError(f"the graph has no output {name!r} (outputs: "
                                       f"{list(self.outputs)})")
         return self.outputs[name].schema.append(pa.field(WEIGHT, pa.int64(), nullable=False))
+
+    def materialized_output(self, name: str) -> Materialized:
+        """How materialized output ``name`` is kept (what reading it needs)."""
+        m = self.materialized.get(name)
+        if m is None:
+            raise SchemaMismatchError(
+                f"no materialized output {name!r} (materialized: {sorted(self.materialized)});"
+                f" declare it with graph.output({name!r}, stream, materialize=True)")
+        return m
 
     def consumers(self) -> dict[int, list[Node]]:
         """Node id -> the nodes reading it (each once per input it is)."""
@@ -394,64 +418,6 @@ def _creation_order(nodes: list[Node], alias: Mapping[int, Node]) -> list[Node]:
 
 
 # ---- helpers -------------------------------------------------------------------------------
-
-
-def _check_order(name: str, schema: pa.Schema, order_by: object
-                 ) -> tuple[tuple[str, str, str], ...]:
-    if order_by is None:
-        return ()
-    if isinstance(order_by, str | bytes) or not isinstance(order_by, abc.Sequence):
-        raise SchemaMismatchError(
-            f"output {name!r}: order_by={order_by!r} must be a list of (column, "
-            "'ascending' | 'descending') pairs")
-    out = []
-    for item in order_by:
-        if (not isinstance(item, tuple | list) or len(item) not in (2, 3)
-                or item[1] not in ("ascending", "descending")
-                or (len(item) == 3 and item[2] not in ("at_start", "at_end"))):
-            raise SchemaMismatchError(
-                f"output {name!r}: order_by item {item!r} must be (column, 'ascending' | "
-                "'descending'[, 'at_start' | 'at_end' for where NULLs go])")
-        if item[0] not in schema.names:
-            raise SchemaMismatchError(f"output {name!r}: order_by column {item[0]!r} is not "
-                                      f"a column of the output ({schema.names})")
-        out.append((str(item[0]), str(item[1]), str(item[2]) if len(item) == 3 else "at_end"))
-    return tuple(out)
-
-
-def spec_diff(stored: dict[str, Any], new: dict[str, Any]) -> str:
-    """The first difference of two stored definitions, field by field, in words.
-
-    For the message refusing to attach a graph under a name the store holds with
-    another definition (``operator 3 (filter): expr [...] -> [...]``).
-    """
-
-    def text(key: str, v: Any) -> str:
-        if key == "aggs" and isinstance(v, list):  # [name, function, argument or None]
-            return ", ".join(f"{a[0]}={a[1]}({'*' if a[2] is None else a[2]})" for a in v)
-        return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
-
-    diffs = []
-    if stored.get("share_indexes") != new.get("share_indexes"):
-        diffs.append(f"share_indexes {stored.get('share_indexes')} -> {new.get('share_indexes')}")
-    a, b = stored.get("nodes", []), new.get("nodes", [])
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            if x.get("kind") != y.get("kind"):
-                diffs.append(f"operator {i} was {x.get('kind')}, now {y.get('kind')}")
-            else:
-                fields = "; ".join(f"{k} [{text(k, x.get(k))}] -> [{text(k, y.get(k))}]"
-                                   for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k))
-                diffs.append(f"operator {i} ({x.get('kind')}): {fields}")
-            break
-    if len(a) != len(b):
-        diffs.append(f"{len(a)} operators before, {len(b)} now")
-    names = sorted(stored.get("outputs") or {}), sorted(new.get("outputs") or {})
-    if names[0] != names[1]:
-        diffs.append(f"outputs [{text('', names[0])}] -> [{text('', names[1])}]")
-    elif stored.get("materialized") != new.get("materialized"):
-        diffs.append("a materialized output's order or limit")
-    return "; ".join(diffs) or "definition differs"
 
 
 def needed_columns(graph: Graph) -> dict[int, list[str]]:

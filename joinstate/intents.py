@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import rocksdict as rd
 
@@ -32,8 +32,7 @@ from joinstate.names import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-    from joinstate.db import Database
+    from pathlib import Path
 
 __all__ = ["Record", "drop_durably", "fill_records", "finish_interrupted", "ingest_durably"]
 
@@ -45,6 +44,26 @@ Record = tuple[bytes, bytes | None]
 """A ``__meta__`` write: key and value (None deletes the key)."""
 
 
+class OpenStore(Protocol):
+    """What an intent needs of the open store it runs in (the store module's ``Database``).
+
+    Declared here rather than imported: the store calls these functions while it opens,
+    so the dependency runs one way, from the store to this module.
+    """
+
+    path: Path
+
+    def require_writable(self, what: str) -> None: ...
+    def handle(self, name: str) -> Any: ...
+    def write(self, wb: rd.WriteBatch, *, durable: bool = False) -> None: ...
+    def ingest(self, cf: str, paths: Sequence[str]) -> None: ...
+    def meta_get(self, key: bytes) -> bytes | None: ...
+    def meta_keys(self, prefix: bytes) -> list[bytes]: ...
+    def drop_column_families(self, names: Sequence[str]) -> None: ...
+    def forget_counters(self, cfs: Sequence[str]) -> None: ...
+    def drop_derived(self, cfs: Sequence[str]) -> None: ...
+
+
 def fill_records(wb: rd.WriteBatch, meta: Any, records: Sequence[Record]) -> None:
     """Add ``__meta__`` writes to ``wb`` (``meta``: the family's handle)."""
     for key, raw in records:
@@ -54,13 +73,13 @@ def fill_records(wb: rd.WriteBatch, meta: Any, records: Sequence[Record]) -> Non
             wb.put(key, raw, meta)
 
 
-def finish_interrupted(db: Database) -> None:
+def finish_interrupted(db: OpenStore) -> None:
     """Complete every ingestion and drop a crash interrupted (at a read-write open)."""
     _finish_ingests(db)
     _finish_drops(db)
 
 
-def ingest_durably(db: Database, files: Mapping[str, Sequence[str]],
+def ingest_durably(db: OpenStore, files: Mapping[str, Sequence[str]],
                    records: Sequence[Record]) -> None:
     """Ingest SST files into several families and write ``records``, crash-safely.
 
@@ -92,7 +111,7 @@ def ingest_durably(db: Database, files: Mapping[str, Sequence[str]],
     _complete_ingest(db, intent, doc)
 
 
-def _complete_ingest(db: Database, intent: str, doc: dict[str, Any]) -> None:
+def _complete_ingest(db: OpenStore, intent: str, doc: dict[str, Any]) -> None:
     pending = db.path / _PENDING / intent
     for cf, names in doc["files"].items():
         paths = [str(pending / n) for n in names if (pending / n).exists()]
@@ -107,7 +126,7 @@ def _complete_ingest(db: Database, intent: str, doc: dict[str, Any]) -> None:
     shutil.rmtree(pending, ignore_errors=True)
 
 
-def _finish_ingests(db: Database) -> None:
+def _finish_ingests(db: OpenStore) -> None:
     """Complete ingestions a crash interrupted (see :func:`ingest_durably`)."""
     for key in db.meta_keys(INGEST_INTENT_PREFIX):
         raw = db.meta_get(key)
@@ -122,7 +141,7 @@ def _finish_ingests(db: Database) -> None:
         shutil.rmtree(leftovers, ignore_errors=True)
 
 
-def drop_durably(db: Database, cfs: Sequence[str], records: Sequence[Record]) -> None:
+def drop_durably(db: OpenStore, cfs: Sequence[str], records: Sequence[Record]) -> None:
     """Drop column families and write ``records``, crash-safely.
 
     RocksDB drops one family at a time and cannot drop and write a batch atomically,
@@ -143,7 +162,7 @@ def drop_durably(db: Database, cfs: Sequence[str], records: Sequence[Record]) ->
     _complete_drop(db, intent, doc)
 
 
-def _complete_drop(db: Database, intent: str, doc: dict[str, Any]) -> None:
+def _complete_drop(db: OpenStore, intent: str, doc: dict[str, Any]) -> None:
     families = [str(cf) for cf in doc["families"]]
     db.drop_column_families(families)
     db.forget_counters(families)
@@ -153,7 +172,7 @@ def _complete_drop(db: Database, intent: str, doc: dict[str, Any]) -> None:
     db.write(wb, durable=True)
 
 
-def _finish_drops(db: Database) -> None:
+def _finish_drops(db: OpenStore) -> None:
     """Complete drops a crash interrupted (see :func:`drop_durably`)."""
     for key in db.meta_keys(DROP_INTENT_PREFIX):
         raw = db.meta_get(key)

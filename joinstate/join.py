@@ -45,6 +45,7 @@ from joinstate.maintained import Bookkeeping, Kind, Phase
 from joinstate.names import index_cf, source_of_join_side
 from joinstate.schema import WEIGHT
 from joinstate.side import Side, SideName
+from joinstate.summary import stats_summary
 from joinstate.transaction import Transaction
 from joinstate.zset import checked_sum_by
 
@@ -566,31 +567,10 @@ class Join:
         count disagrees with its counter, or in-memory state derived from an index (the
         bag entry map, the unique key set) disagrees with it (it is rebuilt first).
         """
-        from joinstate.errors import StateCorruptedError
-
         store = self._require_store()
-        out: dict[str, dict[str, int]] = {}
         with store.lock:
-            for label, idx in (("left", self.left), ("right", self.right)):
-                counted: dict[str, int] = {}
-                for layout, part in ((idx.layout, ""), (idx.nulls, "null_")):
-                    _, w, _ = layout.scan()
-                    rows = int(w.sum()) if len(w) else 0
-                    counted[part + "rows"] = rows
-                    counted[part + "entries"] = len(w)
-                    for name, got in (("rows", rows), ("entries", len(w))):
-                        want = store.counter(layout.cf, name)
-                        if got != want:
-                            raise StateCorruptedError(
-                                f"join {self.name!r}, {label} side: {layout.cf} holds {got} "
-                                f"{name} but its counter says {want}; the state is "
-                                "inconsistent: restore it from a copy or repopulate"
-                            )
-                    # Derived state that decides writes without reading (the entry
-                    # map, the key set) must agree with what was just read.
-                    layout.check_derived()
-                out[label] = counted
-        return out
+            return {label: idx.verify(f"join {self.name!r}, {label} side")
+                    for label, idx in (("left", self.left), ("right", self.right))}
 
     def summary(self, stats: dict[str, Any] | None = None) -> str:
         """A small readable table of the join, one row per side.
@@ -601,41 +581,7 @@ class Join:
         counter has them, so a caller holding one passes it instead of paying twice).
         What ``joinstate inspect`` prints per join.
         """
-        from joinstate.summary import human_bytes, side_facts
-
-        st = self.stats() if stats is None else stats
-
-        def num(v: object) -> str:
-            return f"{v:,}" if isinstance(v, int) else "?"
-
-        table = [["side", "layout", "rows", "entries", "distinct keys", "bytes", "L0 files",
-                  "auto-compaction"]]
-        for label in ("left", "right"):
-            side = st.get(label)
-            if not isinstance(side, dict):
-                continue
-            f = side_facts(side)
-            rows = num(f["rows"]) + (f" (+{f['null_key_rows']:,} NULL key)"
-                                     if f["null_key_rows"] else "")
-            table.append([label, str(f["layout"]), rows, num(side.get("entries")),
-                          num(f["distinct_keys"]), human_bytes(f["bytes"]),
-                          num(f["l0_files"]), str(f["auto_compaction"])])
-        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-        left_aligned = {0, 1, len(widths) - 1}
-        lines = [f"join {st.get('join', self.name)} ({st.get('how', self.how)}, phase "
-                 f"{st.get('phase', '?')})"]
-        lines += ["  " + "  ".join(c.ljust(w) if i in left_aligned else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths, strict=True))
-                                   ).rstrip() for r in table]
-        act = st.get("rocksdb_activity") or {}
-        if any(act.values()):
-            lines.append(
-                f"  RocksDB since open: compaction {human_bytes(act.get('compaction_read_bytes'))}"
-                f" read, {human_bytes(act.get('compaction_write_bytes'))} written; flush "
-                f"{human_bytes(act.get('flush_write_bytes'))}; WAL "
-                f"{human_bytes(act.get('wal_bytes'))}; stalls "
-                f"{act.get('stall_micros', 0) / 1e6:.2f} s")
-        return "\n".join(lines)
+        return stats_summary(self.stats() if stats is None else stats)
 
 
 _PROPERTIES = (

@@ -31,24 +31,22 @@ computed by its operator (:mod:`joinstate.ops`).  This module attaches them to a
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from joinstate import commits
 from joinstate._index import Index
+from joinstate.definition import check_stored, definition, definition_bytes
 from joinstate.errors import (
     BulkWriteRefused,
-    JoinSpecMismatchError,
     SchemaMismatchError,
     StateClosedError,
-    StateCorruptedError,
 )
-from joinstate.graph import SPEC_VERSION, Graph, spec_diff
+from joinstate.graph import Graph, Materialized
 from joinstate.inspect import describe, summary_of
 from joinstate.maintained import Bookkeeping, Kind, Phase
 from joinstate.names import (
@@ -75,9 +73,11 @@ if TYPE_CHECKING:
     from joinstate.transaction import BulkSink
     from joinstate.views import IndexInfo
 
-__all__ = ["Pipeline", "definition", "definition_bytes"]
+__all__ = ["Pipeline"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Pipeline:
@@ -188,16 +188,20 @@ class Pipeline:
 
     def output_schema(self, name: str) -> pa.Schema:
         """The schema of output ``name``'s change sets (its columns and ``_weight``)."""
-        if name not in self.graph.outputs:
-            raise SchemaMismatchError(f"pipeline {self.name!r} has no output {name!r} "
-                                      f"(outputs: {list(self.graph.outputs)})")
-        return self.graph.output_schema(name)
+        return self._named(self.graph.output_schema, name)
 
     def _source(self, name: str) -> SourceNode:
-        if name not in self.graph.sources:
-            raise SchemaMismatchError(f"pipeline {self.name!r} has no source {name!r} "
-                                      f"(sources: {list(self.graph.sources)})")
-        return self.graph.sources[name]
+        return self._named(self.graph.source, name)
+
+    def _materialized(self, name: str) -> Materialized:
+        return self._named(self.graph.materialized_output, name)
+
+    def _named(self, lookup: Callable[[str], T], name: str) -> T:
+        """``lookup(name)``, its refusal naming this pipeline."""
+        try:
+            return lookup(name)
+        except SchemaMismatchError as exc:
+            raise SchemaMismatchError(f"pipeline {self.name!r}: {exc}") from None
 
     def indexes(self) -> list[IndexInfo]:
         """Read-only views of the pipeline's indexes (compiles the pipeline)."""
@@ -282,12 +286,16 @@ class Pipeline:
         A row held k times appears k times; ``order_by`` sorts (NULLs last, as DuckDB
         and Spark do for ascending keys) and ``limit`` keeps the first rows.
         """
-        m = self.graph.materialized.get(name)
-        if m is None:
-            known = sorted(self.graph.materialized)
-            raise SchemaMismatchError(
-                f"pipeline {self.name!r} has no materialized output {name!r} (materialized: "
-                f"{known}); declare it with graph.output({name!r}, stream, materialize=True)")
+        m = self._materialized(name)
+        return m.present(self.held(name)).cast(self.graph.outputs[name].schema)
+
+    def held(self, name: str) -> pa.Table:
+        """The rows materialized output ``name`` holds, each as often as held, unordered.
+
+        Hidden ordering columns included: what :meth:`read` orders and limits, and what
+        a reader of several shards merges before it does.
+        """
+        m = self._materialized(name)
         store = self._require_store()
         self.compile()
         op = self._ops[m.node.id]
@@ -298,13 +306,7 @@ class Pipeline:
         rows = state.drop_columns([m.count])
         if len(counts) and not (counts == 1).all():
             rows = rows.take(pa.array(np.repeat(np.arange(len(counts)), counts)))
-        if m.order_by:
-            rows = rows.take(_sort_indices(rows, m.order_by))
-        if m.limit is not None:
-            rows = rows.slice(0, m.limit)
-        if m.hidden:
-            rows = rows.drop_columns(list(m.hidden))
-        return rows.cast(self.graph.outputs[name].schema)
+        return rows
 
     # ---- phase and progress ---------------------------------------------------------------
 
@@ -381,24 +383,8 @@ class Pipeline:
             spec = self._spec()
             key = pipeline_spec_key(self.name)
             raw = store.meta_get(key)
-            stored = None if raw is None else json.loads(raw)
-            if stored is None:
-                if store.read_only:
-                    raise JoinSpecMismatchError(
-                        f"pipeline {self.name!r} does not exist in {store.path} (opened "
-                        "read-only)")
-            elif stored.get("version") != SPEC_VERSION:
-                raise JoinSpecMismatchError(
-                    f"pipeline {self.name!r} in {store.path} was created by an older joinstate "
-                    f"(definition version {stored.get('version')}, this one reads "
-                    f"{SPEC_VERSION}): its sources keep no record of their rows and its "
-                    "global aggregates lack their first row; drop the pipeline's state and "
-                    "populate it again")
-            elif stored != spec:
-                raise JoinSpecMismatchError(
-                    f"pipeline {self.name!r} already exists in {store.path} with a different "
-                    f"definition ({spec_diff(stored, spec)}); use a new pipeline name or "
-                    "drop the old state")
+            check_stored(f"pipeline {self.name!r}", store.path, raw, spec,
+                         read_only=store.read_only)
             self._open_state(store)
             if raw is None:
                 self._create(store, key, spec)
@@ -478,6 +464,9 @@ class Pipeline:
         for idx in self._indexes():
             idx.cache = None
 
+    def _sources(self) -> list[SourceOp]:
+        return [op for op in self._ops.values() if isinstance(op, SourceOp)]
+
     def _indexes(self) -> list[Index]:
         """Every opened index: the plan's and those operators keep as their own state."""
         return [*self._index.values(), *(i for op in self._ops.values()
@@ -491,14 +480,39 @@ class Pipeline:
             for idx in self._indexes():
                 idx.settle()
 
+    def warm(self) -> dict[str, float]:
+        """Build now the in-memory state a first retraction would build; seconds per source.
+
+        A source checked by its row record decides retractions from an exact in-memory
+        multiset of its row hashes, built by one scan of the record when a push first
+        retracts after the store opened (an insert-only load never builds it): about
+        0.4 s per million rows held.  A caller for whom the first change after a
+        population or a reopen must be as fast as the tenth calls this first.
+        """
+        store = self._require_store()
+        self.compile()
+        out: dict[str, float] = {}
+        with store.lock:
+            for op in self._sources():
+                if op.record is not None:
+                    t0 = time.perf_counter()
+                    op.warm()
+                    out[op.node.name] = time.perf_counter() - t0
+        return out
+
     def reload(self) -> None:
-        """Forget cached counters and what the indexes derived in memory; re-read on use."""
+        """Forget cached counters and what indexes and row records derived in memory.
+
+        Each is read again from the store when next used.
+        """
         store = self._require_store()
         self.compile()
         with store.lock:
             store.forget_counters(self.column_families())
             for idx in self._indexes():
                 idx.reset()
+            for op in self._sources():
+                op.reset()
 
     # ---- pushing --------------------------------------------------------------------------
 
@@ -687,64 +701,14 @@ class Pipeline:
         out: dict[str, Any] = {"indexes": {}, "row_records": {}}
         with store.lock:
             for idx in self._indexes():
-                counted: dict[str, int] = {}
-                for layout, part in ((idx.layout, ""), (idx.nulls, "null_")):
-                    _, w, _ = layout.scan()
-                    got = {"rows": int(w.sum()) if len(w) else 0, "entries": len(w)}
-                    for what, n in got.items():
-                        counted[part + what] = n
-                        if n != store.counter(layout.cf, what):
-                            raise StateCorruptedError(
-                                f"pipeline {self.name!r}: {layout.cf} holds {n} {what} but "
-                                f"its counter says {store.counter(layout.cf, what)}; the "
-                                "state is inconsistent: restore it from a copy or repopulate")
-                    layout.check_derived()
-                out["indexes"][idx.cf] = counted
-            for sid, op in self._ops.items():
-                rec = op.record if isinstance(op, SourceOp) else None
-                if rec is None:
-                    continue
-                facts = rec.verify()
-                out["row_records"][rec.cf] = facts
-                for ip in self.physical.indexes:
-                    idx = self._index[id(ip)]
-                    if ip.base.id == sid and ip.predicate is None and idx.rows != facts["rows"]:
-                        raise StateCorruptedError(
-                            f"pipeline {self.name!r}: source {op.node.label!r} holds "
-                            f"{facts['rows']} rows by its row record {rec.cf} but "
-                            f"{idx.rows} by its index {idx.cf}; the state is "
-                            "inconsistent: restore it from a copy or repopulate")
+                out["indexes"][idx.cf] = idx.verify(f"pipeline {self.name!r}")
+            for op in self._sources():
+                facts = op.verify(self._index, self.name)
+                if facts is not None and op.record is not None:
+                    out["row_records"][op.record.cf] = facts
         return out
-
-
-def definition(graph: Graph, share_indexes: bool | Mapping[str, bool] = True
-               ) -> dict[str, Any]:
-    """What a pipeline of ``graph`` stores as its definition (JSON-able, store-less).
-
-    Attaching compares it with the stored one: equal definitions re-attach.
-    """
-    return {**graph.spec(), "share_indexes": check_sharing(share_indexes)}
-
-
-def definition_bytes(spec: Mapping[str, Any]) -> bytes:
-    """A :func:`definition` as the catalog stores it (sorted keys)."""
-    return json.dumps(spec, sort_keys=True).encode()
 
 
 def _what(node: Node) -> Callable[[], str]:
     """How an expression error names ``node`` (computed only when one happens)."""
     return lambda: f"operator {node.label} {node.params()}"
-
-
-def _sort_indices(rows: pa.Table, order_by: tuple[tuple[str, str, str], ...]) -> pa.Array:
-    """Sort order with each key's NULL placement (pyarrow >= 25 places NULLs per key)."""
-    try:
-        return pc.sort_indices(rows, sort_keys=list(order_by))
-    except (TypeError, ValueError):  # older pyarrow: one placement for all keys
-        places = {p for _, _, p in order_by}
-        if len(places) > 1:
-            msg = ("order_by mixes NULLS FIRST and NULLS LAST keys, which needs pyarrow >= 25 "
-                   f"(this is {pa.__version__}); upgrade pyarrow")
-            raise SchemaMismatchError(msg) from None
-        return pc.sort_indices(rows, sort_keys=[(c, o) for c, o, _ in order_by],
-                               null_placement=places.pop())

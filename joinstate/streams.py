@@ -40,6 +40,7 @@ from joinstate.nodes import (
     join_output_schema,
     normalize_how,
 )
+from joinstate.ordering import check_order_by, orderable
 from joinstate.schema import WEIGHT, check_storable
 from joinstate.side import Side
 
@@ -262,7 +263,7 @@ class Stream:
                                           f"{self.columns})")
         if len(set(part)) != len(part):
             raise SchemaMismatchError(f"window partition_by {list(part)} names a column twice")
-        order = _window_order(src, order_by)
+        order = check_order_by("window", src, order_by)
         if not funcs:
             msg = "window() needs at least one function, e.g. rk=('rank',)"
             raise SchemaMismatchError(msg)
@@ -444,36 +445,6 @@ def _key_pairs(on: object) -> list[tuple[str, str]]:
 _RANKING = ("row_number", "rank", "dense_rank")
 
 
-def _window_order(schema: pa.Schema, order_by: object) -> tuple[tuple[str, str, str], ...]:
-    if isinstance(order_by, str | bytes) or not isinstance(order_by, abc.Sequence):
-        raise SchemaMismatchError(f"window order_by={order_by!r} must be a list of (column, "
-                                  "'ascending' | 'descending'[, 'at_start' | 'at_end'])")
-    out = []
-    for item in order_by:
-        if (not isinstance(item, tuple | list) or len(item) not in (2, 3)
-                or item[1] not in ("ascending", "descending")
-                or (len(item) == 3 and item[2] not in ("at_start", "at_end"))):
-            raise SchemaMismatchError(
-                f"window order_by item {item!r} must be (column, 'ascending' | 'descending'"
-                "[, 'at_start' | 'at_end' for where NULLs go])")
-        if item[0] not in schema.names:
-            raise SchemaMismatchError(f"window order_by: no column {item[0]!r} (columns: "
-                                      f"{schema.names})")
-        t = schema.field(item[0]).type
-        if not _orderable(t):
-            raise SchemaMismatchError(f"window order_by column {item[0]!r} is {t}, which "
-                                      "does not order")
-        out.append((str(item[0]), str(item[1]), str(item[2]) if len(item) == 3 else "at_end"))
-    return tuple(out)
-
-
-def _orderable(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal128(t)
-                or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_binary(t)
-                or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-                or pa.types.is_temporal(t))
-
-
 def _window_func(name: str, spec: object, src: pa.Schema, ordered: bool
                  ) -> tuple[str, str, str | None, str]:
     validate_name("window function", name)
@@ -509,7 +480,7 @@ def _window_func(name: str, spec: object, src: pa.Schema, ordered: bool
                                        or pa.types.is_decimal128(t)):
         raise SchemaMismatchError(f"window function {name!r}: {func} of {t} is not supported "
                                   "(numbers only)")
-    if func in ("min", "max") and not _orderable(t):
+    if func in ("min", "max") and not orderable(t):
         raise SchemaMismatchError(f"window function {name!r}: {func} of {t} does not order")
     return (name, func, arg, frame)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 __all__ = ["auto_compaction", "human_bytes", "side_facts", "stats_summary"]
 
-_COLUMNS = ("side", "layout", "rows", "distinct keys", "bytes", "L0 files", "auto-compaction")
+_COLUMNS = ("side", "layout", "rows", "entries", "distinct keys", "bytes", "L0 files",
+            "auto-compaction")
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -63,7 +64,7 @@ def stats_summary(stats: dict[str, Any]) -> str:
     """A few aligned lines summarising a :meth:`joinstate.Join.stats` dict.
 
     The join, its type and phase; then per side: layout, rows (with NULL-key rows if
-    any), distinct keys, bytes (SST files + memtables), L0 files and auto-compaction;
+    any), entries, distinct keys, bytes (SST files + memtables), L0 files and auto-compaction;
     then what RocksDB did since the store was opened, when statistics are on.
     """
     lines = [f"join {stats.get('join')} ({stats.get('how')}, phase {stats.get('phase')})"]
@@ -77,13 +78,13 @@ def stats_summary(stats: dict[str, Any]) -> str:
         if f["null_key_rows"]:
             rows += f" ({f['null_key_rows']:,} NULL key)"
         table.append([
-            label, str(f["layout"]), rows, _num(f["distinct_keys"]), human_bytes(f["bytes"]),
-            _num(f["l0_files"]), f["auto_compaction"],
+            label, str(f["layout"]), rows, _num(side.get("entries")), _num(f["distinct_keys"]),
+            human_bytes(f["bytes"]), _num(f["l0_files"]), f["auto_compaction"],
         ])
     widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
     for r in table:
         lines.append("  " + "  ".join(
-            cell.ljust(w) if i in (0, 1, 6) else cell.rjust(w)
+            cell.ljust(w) if i in (0, 1, len(_COLUMNS) - 1) else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(r, widths, strict=True))
         ).rstrip())
     act = stats.get("rocksdb_activity") or {}

@@ -41,6 +41,7 @@ from joinstate.graph import (
     ProjectNode,
     RepeatNode,
     SourceNode,
+    Stream,
     UnionNode,
     WindowNode,
     join_all,
@@ -53,7 +54,7 @@ from planner.placement import chain_partitioning
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from joinstate.graph import Node, Stream
+    from joinstate.graph import Node
     from planner.partitioning import GraphFacts
     from planner.placement import Arrival, Derivation
 
@@ -315,7 +316,23 @@ class _Builder:
             return None, info
         g = Graph(sources=extra)
         for name, s, mat in outs:
-            g = g.output(name, s, materialize=mat)
+            m = facts.graph.materialized.get(name) if mat else None
+            if m is None:
+                g = g.output(name, s, materialize=mat)
+                continue
+            kept_rows = s
+            if m.hidden:
+                # The output is a select dropping the hidden ordering columns; what the
+                # stage keeps is the stream under it, with them, as the graph declares.
+                under = s.node.inputs[0] if isinstance(s.node, ProjectNode) else None
+                if under is None or not set(m.hidden) <= set(under.schema.names):
+                    raise PlannerError(
+                        f"output {name!r} is ordered by columns it does not return "
+                        f"({list(m.hidden)}), which do not reach the stage that keeps it; "
+                        "return them as columns of the output")
+                kept_rows = Stream(under)
+            g = g.output(name, kept_rows, materialize=True, order_by=m.order_by,
+                         limit=m.limit, hide=m.hidden)
         return g, info
 
 

@@ -25,8 +25,8 @@ from test_pipeline_random import RandomPipeline
 
 import joinstate
 from bench import q4
+from joinstate.definition import definition, definition_bytes
 from joinstate.names import pipeline_spec_key
-from joinstate.pipeline import definition, definition_bytes
 
 DATA = json.loads((Path(__file__).parent / "data" / "pipeline_specs.json").read_text())
 SPECS: dict[str, str] = DATA["specs"]

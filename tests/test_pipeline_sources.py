@@ -319,6 +319,36 @@ def test_the_record_survives_a_reopen(tmp_path: Path) -> None:
             "rows": 1, "entries": 5, "distinct": 1}
 
 
+def test_warm_builds_the_multiset_before_the_first_retraction(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    """After a reopen, ``warm`` builds what the first retraction would build (one scan of
+    the record), so the retraction scans nothing; ``reload`` forgets it again."""
+    path = tmp_path / "s"
+    with joinstate.StateStore(path) as store:
+        p = _agg_pipeline(store)
+        p.push("sales", delta(SALES, [(1, 1, 10), (2, 2, 20), (3, 2, 5)]))
+    scans: list[str] = []
+    real = _source_rows.SourceRows.scan
+
+    def counted(self: _source_rows.SourceRows) -> Any:
+        scans.append(self.cf)
+        return real(self)
+
+    monkeypatch.setattr(_source_rows.SourceRows, "scan", counted)
+    with joinstate.StateStore(path) as store:
+        p = _agg_pipeline(store)
+        seconds = p.warm()
+        assert list(seconds) == ["sales"] and seconds["sales"] >= 0
+        assert scans == [source_rows_cf("r", "sales")]
+        refused(store, p, "sales", [(3, 2, 6)], [-1], "amt=6")
+        p.push("sales", delta(SALES, [(3, 2, 5)], [-1]))
+        assert len(scans) == 1  # decided from the multiset warm built
+        p.reload()
+        refused(store, p, "sales", [(3, 2, 5)], [-1], "holds it 0 time")
+        assert len(scans) == 2  # rebuilt from the record after reload
+        assert read(p, "by_ck") == [(1, 10), (2, 20)]
+
+
 def test_state_bytes_are_sixteen_per_inserted_row(store: joinstate.StateStore) -> None:
     p = _agg_pipeline(store)
     n = 5000

@@ -15,13 +15,16 @@ import functools
 from typing import TYPE_CHECKING
 
 from joinstate._source_rows import SourceRows
-from joinstate.errors import OverRetractionError
+from joinstate.errors import OverRetractionError, StateCorruptedError
 from joinstate.names import source_rows_cf
 from joinstate.ops.base import Delta, OperatorBase, PushContext
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pyarrow as pa
 
+    from joinstate._index import Index
     from joinstate.db import Database
     from joinstate.nodes import SourceNode
     from joinstate.physical import IndexPlan, PhysicalPlan
@@ -56,6 +59,35 @@ class SourceOp(OperatorBase):
     def column_families(self) -> tuple[str, ...]:
         """The row record's family, if it keeps one."""
         return (self.record.cf,) if self.record is not None else ()
+
+    def warm(self) -> int:
+        """Build what a first retraction would build (the row record's multiset); rows."""
+        return self.record.warm() if self.record is not None else 0
+
+    def reset(self) -> None:
+        """Forget what the row record derived in memory (rebuilt when next needed)."""
+        if self.record is not None:
+            self.record.reset()
+
+    def verify(self, indexes: Mapping[int, Index], pipeline: str) -> dict[str, int] | None:
+        """Check the row record against its counters and the source's unfiltered indexes.
+
+        ``indexes``: id of an :class:`IndexPlan` -> its opened index.  Returns the
+        record's counts (None without a record); raises
+        :class:`~joinstate.errors.StateCorruptedError` at the first disagreement.
+        """
+        if self.record is None:
+            return None
+        facts = self.record.verify()
+        for ip in self.own:
+            idx = indexes[id(ip)]
+            if ip.predicate is None and idx.rows != facts["rows"]:
+                raise StateCorruptedError(
+                    f"pipeline {pipeline!r}: source {self.node.label!r} holds "
+                    f"{facts['rows']} rows by its row record {self.record.cf} but "
+                    f"{idx.rows} by its index {idx.cf}; the state is inconsistent: "
+                    "restore it from a copy or repopulate")
+        return facts
 
     def checked_by(self, pipeline: str) -> str:
         """What checks the source's retractions, in words (``explain``)."""

@@ -156,3 +156,26 @@ def test_window_functions_and_a_final_limit_are_read_from_spark(
     whole, limited = answers()
     assert +total == whole
     assert [tuple(r) for r in sp.read("w").collect()] == limited
+
+
+HIDDEN_ORDER_SQL = """
+    SELECT c.name FROM sales s JOIN customer c ON s.k = c.ck
+    ORDER BY s.d DESC NULLS LAST, s.k LIMIT 3
+"""
+
+
+def test_read_orders_by_columns_that_are_not_selected(spark: SparkSession,
+                                                      tmp_path: Path) -> None:
+    """ORDER BY columns kept only to order the answer: every shard hands its first
+    rows with them, the reader orders the shards' rows once more, then drops them."""
+    sp = spark_io.SparkPipeline.from_sql(spark, HIDDEN_ORDER_SQL, SOURCES,
+                                         state_dir=tmp_path / "state", shards=2, name="h")
+    d = Decimal
+    customers = [((1, "ann"), 1), ((2, "bo"), 1), ((3, "cy"), 1), ((4, "di"), 1)]
+    sales = [((1, 5, d("1.25")), 1), ((2, 9, d("3.00")), 1), ((3, 1, d("0.50")), 1),
+             ((4, 7, d("9.99")), 1), ((2, 2, None), 1), ((3, 4, d("2.50")), 1)]
+    sp.populate({"customer": frame(spark, CUSTOMER, customers),
+                 "sales": frame(spark, SALES, sales)})
+    # By d descending, NULLs last: 9.99 di, 3.00 bo, 2.50 cy.
+    assert [tuple(r) for r in sp.read("h").collect()] == [("di",), ("bo",), ("cy",)]
+    assert sp.read("h").columns == ["name"]
