@@ -146,27 +146,9 @@ class Pipeline:
         """The name of the pipeline's ``__meta__`` records: ``pipeline~<name>``."""
         return self.records.owner
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        """The sources (the protocol's inputs)."""
-        return self.sources
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        """The outputs (the keys of what a push returns)."""
-        return self.outputs
-
     def input_label(self, input_name: str) -> str:
         """``"source 'sales'"``."""
         return f"source {input_name!r}"
-
-    def input_schema(self, input_name: str) -> pa.Schema:
-        """The declared schema of source ``input_name``."""
-        return self.source_schema(input_name)
-
-    def input_unique_key(self, input_name: str) -> tuple[str, ...] | None:
-        """The declared unique key of source ``input_name``."""
-        return self.source_unique_key(input_name)
 
     def input_keys(self, input_name: str) -> tuple[tuple[str, ...], ...]:
         """None: population samples a source's statistics without keys."""
@@ -185,6 +167,12 @@ class Pipeline:
     def source_unique_key(self, name: str) -> tuple[str, ...] | None:
         """The declared unique key of source ``name``."""
         return self._source(name).unique_key
+
+    # The protocol's names for the same facts: a pipeline's inputs are its sources.
+    inputs = sources
+    output_names = outputs
+    input_schema = source_schema
+    input_unique_key = source_unique_key
 
     def output_schema(self, name: str) -> pa.Schema:
         """The schema of output ``name``'s change sets (its columns and ``_weight``)."""

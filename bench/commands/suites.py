@@ -123,7 +123,7 @@ def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
     \b
     Examples:
       joinstate bench tpcds
-      joinstate bench tpcds --sf 0.3 --spark      # ./dev tpcds, the main job
+      joinstate bench tpcds --sf 1 --rounds 1 --repeat 2 --check size --spark  # ./dev tpcds
       joinstate bench tpcds --sf 0.1 --strategies auto --sizes 0.001 --repeat 1
     """
     if queries is not None:
@@ -182,9 +182,13 @@ def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
                f"non-empty; {s['nonempty_and_changed']} non-empty and changed")
     if not results["ok"]:
         bad = s["failed"] + s["errors"]
-        return _check_failed(f": {len(bad)} queries differ from DuckDB or failed to run: "
-                             f"{', '.join(f'q{q}' for q in bad)} (details in "
-                             f"{files['markdown']})")
+        parts = [f"{len(bad)} queries differ from DuckDB or failed to run: "
+                 f"{', '.join(f'q{q}' for q in bad)}"] if bad else []
+        if s["vacuous"]:
+            parts.append(f"{len(s['vacuous'])} queries vacuous (their answer empty after "
+                         f"population or changed by no batch): "
+                         f"{', '.join(f'q{q}' for q in s['vacuous'])}")
+        return _check_failed(f": {'; '.join(parts)} (details in {files['markdown']})")
     return EXIT_OK
 
 
