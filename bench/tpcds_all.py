@@ -18,7 +18,8 @@ dropped; in a correlated subquery, the conjuncts naming the outer row) and run b
 DuckDB on the tables with a stable row id: the rows that survive the scope's joins and
 filters (its *candidates*).  Where the scale factor leaves a query without an answer,
 a seed (:mod:`bench.tpcds_seeds`) adds rows before population that give it one; the
-seeded rows are *hot*: half of each later pick comes from them.
+seeded rows are *hot*: half of each later pick comes from them.  A batch that leaves
+the answer as it was, or empties it, is drawn again (up to RETRIES times).
 Every batch mixes four kinds:
 
 * **new rows**: clones of candidate fact rows, some with columns taken from other
@@ -33,7 +34,9 @@ Every batch mixes four kinds:
 
 Row ids (``__rid``) stay with a row for the whole run and never reach joinstate or the
 checked DuckDB tables.  A query whose answer is empty (or one row of zeros and NULLs)
-after population is reported as such: its checks pass but prove little.
+after population, or that no batch changes, matched DuckDB without proving anything:
+its status is ``vacuous``, which fails the run like a wrong answer (its seed is
+missing or its batches miss what it reads).  An answer emptied by a batch is listed.
 
 :func:`run` returns the results; :func:`write_report` writes ``report.json``,
 ``report.md`` and ``tpcds-all.png`` (per query: mean batch time vs DuckDB's recompute).
@@ -72,7 +75,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCHES", "DEFAULT_SHARE", "FACTS", "TABLES", "QueryArgumentError", "QueryResult",
-    "candidate_queries", "parse_queries", "run", "run_query", "write_report",
+    "candidate_queries", "is_trivial", "parse_queries", "prepare_changes", "run",
+    "run_query", "write_report",
 ]
 
 FACTS = frozenset({"store_sales", "store_returns", "catalog_sales", "catalog_returns",
@@ -99,8 +103,9 @@ RANDOM_SHARE = 0.2
 """Share of the deleted rows drawn from the whole table rather than the candidates."""
 HOLD_SHARE = 5
 DELETE_SHARE = 4
-"""At most 1/HOLD_SHARE of a table's candidates are held out of the population and at
-most 1/DELETE_SHARE of those alive deleted per batch: the answer must not empty."""
+"""At most 1/HOLD_SHARE of a table's candidates are held out of the population, at most
+1/DELETE_SHARE of those alive deleted per batch, and of a dimension's candidates at most
+1/DELETE_SHARE (or DIM_ROWS[0]) updated: the answer must not empty."""
 
 
 class QueryArgumentError(JoinStateError, ValueError):
@@ -351,17 +356,30 @@ class Changes:
     def _k(self, name: str) -> int:
         return max(MIN_ROWS, round(self.share * self.tables.t[name].num_rows))
 
-    def _pick(self, name: str, k: int, *, replace: bool = False) -> np.ndarray:
-        """``k`` row ids, from the candidates where there are any."""
-        pool = self.cands[name]
+    def _alive(self, name: str, rids: np.ndarray, exclude: np.ndarray | None = None
+               ) -> np.ndarray:
+        """Those of ``rids`` that are rows of ``name`` now (and not in ``exclude``)."""
+        if not rids.size:
+            return rids
+        keep = np.isin(rids, self.tables.t[name][RID].to_numpy())
+        if exclude is not None and exclude.size:
+            keep &= ~np.isin(rids, exclude)
+        return rids[keep]
+
+    def _pick(self, name: str, k: int, *, replace: bool = False,
+              exclude: np.ndarray | None = None) -> np.ndarray:
+        """``k`` row ids, from the live candidates where there are any.
+
+        Candidates and hot rows stay so when deleted: re-inserted, they are picked again
+        (were they dropped for good, each batch would spend a few of a seed's rows and
+        the answer would run dry).
+        """
+        pool = self._alive(name, self.cands[name], exclude)
         if not pool.size:
-            pool = self.tables.t[name][RID].to_numpy()
+            pool = self._alive(name, self.tables.t[name][RID].to_numpy(), exclude)
         if not pool.size:
             return np.empty(0, np.int64)
-        hot = self.hot.get(name, np.empty(0, np.int64))
-        if hot.size:
-            hot = hot[np.isin(hot, self.tables.t[name][RID].to_numpy())]
-            self.hot[name] = hot
+        hot = self._alive(name, self.hot.get(name, np.empty(0, np.int64)), exclude)
         if hot.size and k > 1:
             k_hot = min(k // 2, hot.size // 2 if not replace else k // 2)
             rest = self._pick_from(pool, k - k_hot, replace)
@@ -401,26 +419,24 @@ class Changes:
         b = Batch()
         t = self.tables
         for s in self.facts:
-            alive = self.cands[s]
-            if alive.size:  # candidates deleted earlier are no longer rows
-                alive = alive[pc.is_in(pa.array(alive), t.t[s][RID]).to_numpy(
-                    zero_copy_only=False)]
-                self.cands[s] = alive
             k = self._k(s)
             # re-inserts: what the previous batch deleted (or the population held out)
             back = self.previous.pop(s, None)
+            back_rids = back[RID].to_numpy() if back is not None else None
             if back is not None and back.num_rows:
                 t.add(s, back)
                 b.add(s, "reinsert", back, 1)
-            # deletes: candidates and some random rows (all distinct)
+            # deletes: candidates and some random rows (all distinct), not those just
+            # re-inserted (that would cancel)
+            alive = self._alive(s, self.cands[s], back_rids)
             n_rand = int(k * RANDOM_SHARE)
             n_cand = min(k - n_rand, alive.size // DELETE_SHARE) if alive.size else k - n_rand
             rids = np.unique(np.concatenate([
-                self._pick(s, n_cand),
+                self._pick(s, n_cand, exclude=back_rids),
                 self.rng.choice(t.t[s][RID].to_numpy(), min(n_rand, t.t[s].num_rows),
                                 replace=False) if t.t[s].num_rows else np.empty(0, np.int64)]))
-            if back is not None:  # not the rows just re-inserted: that would cancel
-                rids = np.setdiff1d(rids, back[RID].to_numpy())
+            if back_rids is not None:
+                rids = np.setdiff1d(rids, back_rids)
             gone = t.take(s, rids)
             if gone.num_rows:
                 t.remove(s, rids)
@@ -467,6 +483,9 @@ class Changes:
         table = t.t[s]
         lo, hi = DIM_ROWS
         k = int(min(hi, max(lo, round(self.share * 10 * table.num_rows))))
+        if self.cands[s].size:  # not every row the query reads (a query reading three
+            # dates had them all rewritten at once, its answer emptied)
+            k = min(k, max(lo, self.cands[s].size // DELETE_SHARE))
         rids = np.unique(self._pick(s, k))
         old = t.take(s, rids)
         if not old.num_rows:
@@ -504,7 +523,9 @@ class QueryResult:
 
     query: int
     status: str = "pending"
-    """``ok``, ``failed`` (a check differed), ``refused`` (compile), ``error``."""
+    """``ok``, ``failed`` (a check differed), ``vacuous`` (every check matched, but the
+    answer was empty after population or no batch changed it), ``refused`` (compile),
+    ``error``."""
     reason: str = ""
     sources: list[str] = field(default_factory=list)
     population_s: float | None = None
@@ -515,23 +536,41 @@ class QueryResult:
     """The answer's rows (DuckDB's, without LIMIT) after population and each batch."""
     changed: list[bool] = field(default_factory=list)
     nonempty: bool = False
+    """The answer after population has a row that is not all zeros and NULLs."""
+    trivial: list[bool] = field(default_factory=list)
+    """Per step (population, each batch): the answer was empty or one row of zeros/NULLs."""
     checks: list[dict[str, Any]] = field(default_factory=list)
     batch_rows: list[dict[str, int]] = field(default_factory=list)
     choices: list[dict[str, str]] = field(default_factory=list)
     skipped_scopes: list[str] = field(default_factory=list)
     traceback: str = ""
     redrawn: list[str] = field(default_factory=list)
-    """Batches drawn again because DuckDB could not answer the query after them."""
+    """Batches drawn again: DuckDB could not answer the query after them, or they left
+    its answer as it was or emptied it."""
     seeded: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        """Matched DuckDB at every step (a refusal is a listed outcome, not a failure)."""
+        """Matched DuckDB at every step, on an answer that makes the checks count.
+
+        A refusal is a listed outcome, not a failure; a vacuous match is a failure.
+        """
         return self.status in ("ok", "refused")
 
+    def vacuity(self) -> str:
+        """Why checks that all matched prove nothing, or "" if they prove something."""
+        if not self.nonempty:
+            return ("the answer after population is empty (or one row of zeros and NULLs): "
+                    "no check can fail; seed the query (bench/tpcds_seeds.py)")
+        if self.changed and not any(self.changed):
+            return ("no change batch changed the answer: the batches miss the rows it reads "
+                    "(rows after population and each batch: "
+                    f"{'/'.join(map(str, self.rows))})")
+        return ""
 
-def _trivial(answer: pa.Table) -> bool:
+
+def is_trivial(answer: pa.Table) -> bool:
     """No row, or one row of zeros and NULLs (an aggregate over nothing)."""
     if answer.num_rows == 0:
         return True
@@ -626,16 +665,9 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
                 return res
             sources = sorted(p.sources)
             res.sources = sources
-            tables = Tables({s: base[s] for s in sources})
             say("candidates")
-            cands, res.skipped_scopes = candidates(sql, tables.t, sources)
-            rng = np.random.default_rng([seed, n])
-            changes = Changes(sql, tables, sources, cands, share, rng)
-            if n in SEEDS:
-                current = {t: _plain(base[t]) for t in TABLES}
-                current.update({t: _plain(tables.t[t]) for t in sources})
-                res.seeded = changes.seed(SEEDS[n](current, rng))
-            changes.hold_out()
+            changes = prepare_changes(n, sql, base, sources, res, seed=seed, share=share)
+            tables = changes.tables
             integrated = Integrated()
             oracle = Oracle()
             try:
@@ -646,10 +678,10 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
                 res.population_s = time.perf_counter() - t0
                 oracle.load(tables.t, sources)
                 prev = _check(res, p, name, sql, order, integrated, oracle, "population", None)
-                res.nonempty = not _trivial(prev)
+                res.nonempty = not is_trivial(prev)
                 for i in range(BATCHES):
                     say(f"batch {i + 1}")
-                    b = _valid_batch(changes, oracle, sql, res)
+                    b = _valid_batch(changes, oracle, sql, res, prev)
                     res.batch_rows.append(dict(b.rows))
                     choices = {}
                     t0 = time.perf_counter()
@@ -666,6 +698,8 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
             finally:
                 oracle.close()
         res.status = "ok" if all(c["ok"] for c in res.checks) else "failed"
+        if res.status == "ok" and res.vacuity():
+            res.status, res.reason = "vacuous", res.vacuity()
         if res.status == "failed":
             bad = next(c for c in res.checks if not c["ok"])
             res.reason = f"after {bad['step']}: {bad['what']}: {bad['detail']}"
@@ -681,12 +715,32 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
     return res
 
 
-def _valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult) -> Batch:
+def prepare_changes(n: int, sql: str, base: Mapping[str, pa.Table], sources: Sequence[str],
+                    res: QueryResult, *, seed: int = 0, share: float = DEFAULT_SHARE
+                    ) -> Changes:
+    """Query ``n``'s tables, seeded, with candidates and rows held out: ready to populate."""
+    tables = Tables({s: base[s] for s in sources})
+    cands, res.skipped_scopes = candidates(sql, tables.t, sources)
+    rng = np.random.default_rng([seed, n])
+    changes = Changes(sql, tables, sources, cands, share, rng)
+    if n in SEEDS:
+        current = {t: _plain(base[t]) for t in TABLES}
+        current.update({t: _plain(tables.t[t]) for t in sources})
+        res.seeded = changes.seed(SEEDS[n](current, rng))
+    changes.hold_out()
+    return changes
+
+
+def _valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult,
+                 prev: pa.Table | None = None) -> Batch:
     """A batch after which DuckDB can answer the query (loaded into ``oracle``).
 
     A dimension update can make the data one the query has no answer on (a scalar
     subquery returning two rows: SQL raises, and so does joinstate, naming it); such a
-    batch is drawn again, up to RETRIES times, and the last error raised.
+    batch is drawn again, up to RETRIES times, and the last error raised.  So is a batch
+    that leaves the answer ``prev`` as it was, or empties it: a check after it would
+    prove little.  The last of RETRIES such draws is kept (the report shows the answer
+    unchanged or emptied, and an answer no batch changes fails as vacuous).
     """
     import duckdb
 
@@ -696,6 +750,7 @@ def _valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult) -
         oracle.load(changes.tables.t, b.deltas)
         try:
             oracle.answer(sql)
+            got = oracle.answer(unordered(sql))[0] if prev is not None else None
         except duckdb.Error as e:
             res.redrawn.append(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
             changes.restore(snap)
@@ -703,6 +758,14 @@ def _valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult) -
             if attempt == RETRIES - 1:
                 raise
             continue
+        if got is not None and prev is not None and attempt < RETRIES - 1:
+            why = ("left the answer as it was" if _same(got, prev) else
+                   "emptied the answer" if is_trivial(got) and not is_trivial(prev) else "")
+            if why:
+                res.redrawn.append(f"batch {len(res.batch_s) + 1} {why}")
+                changes.restore(snap)
+                oracle.load(changes.tables.t, b.deltas)
+                continue
         return b
     raise AssertionError("unreachable")
 
@@ -714,6 +777,7 @@ def _check(res: QueryResult, p: Any, name: str, sql: str, order: Sequence[str],
     want, _ = oracle.answer(unordered(sql))
     res.duckdb_s.append(secs)
     res.rows.append(want.num_rows)
+    res.trivial.append(is_trivial(want))
     if prev is not None:
         res.changed.append(not _same(want, prev))
     res.checks.append({"step": step, **check_view(p, name, integrated, want, lim, order)})
@@ -835,12 +899,12 @@ def _line(r: QueryResult) -> str:
     ddb = f"{np.median(r.duckdb_s):.3f}" if r.duckdb_s else "-"
     return (f"q{r.query}: {r.status}; population {r.population_s or 0:.1f} s, batches "
             f"[{batches}] s, DuckDB {ddb} s; rows {r.rows}; changed {r.changed}"
-            + (f"; {r.reason}" if r.status == "failed" else ""))
+            + (f"; {r.reason}" if r.status in ("failed", "vacuous") else ""))
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The counts the report leads with."""
-    ran = [r for r in rows if r["status"] in ("ok", "failed")]
+    ran = [r for r in rows if r["status"] in ("ok", "failed", "vacuous")]
 
     def matched(r: Mapping[str, Any], step: str) -> bool:
         return any(c["step"] == step and c["ok"] for c in r["checks"])
@@ -851,8 +915,10 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "refused": sorted(r["query"] for r in rows if r["status"] == "refused"),
         "errors": sorted(r["query"] for r in rows if r["status"] == "error"),
         "matched_population": sum(matched(r, "population") for r in ran),
-        "matched_all": sum(r["status"] == "ok" for r in rows),
+        "matched_all": sum(r["status"] in ("ok", "vacuous") for r in rows),
         "failed": sorted(r["query"] for r in rows if r["status"] == "failed"),
+        "vacuous": sorted(r["query"] for r in rows if r["status"] == "vacuous"),
+        "emptied": sorted(r["query"] for r in ran if r["nonempty"] and any(r["trivial"][1:])),
         "nonempty": sum(bool(r["nonempty"]) for r in ran),
         "empty": sorted(r["query"] for r in ran if not r["nonempty"]),
         "changed_every_batch": sum(bool(r["changed"]) and all(r["changed"]) for r in ran),
@@ -915,6 +981,10 @@ def to_markdown(results: Mapping[str, Any], chart: str | None = None) -> str:
            if s["empty"] else ""),
         f"- answer changed in every batch: {s['changed_every_batch']}; in at least one: "
         f"{s['changed_some_batch']}; non-empty and changed: {s['nonempty_and_changed']}",
+        f"- **vacuous** (matched, but empty after population or changed by no batch: a "
+        f"failure): {_queries(s['vacuous']) if s['vacuous'] else 'none'}",
+        f"- emptied by a batch (checked on an empty answer at that step): "
+        f"{_queries(s['emptied']) if s['emptied'] else 'none'}",
         "",
         "Times in seconds: population (joinstate), each change batch (joinstate, every "
         "source's apply), DuckDB computing the query from scratch (median of the four "
@@ -943,11 +1013,15 @@ def to_markdown(results: Mapping[str, Any], chart: str | None = None) -> str:
             f"| q{r['query']} | {status} | {len(r['sources'])} | {_f(r['population_s'])} | "
             f"{' / '.join(_f(x) for x in r['batch_s']) or '-'} | {_f(ddb, 3)} | {ratio} | "
             f"{'/'.join(map(str, r['rows'])) or '-'} | {changed} | {paths} |")
-    bad = [r for r in results["results"] if r["status"] in ("failed", "error")]
+    bad = [r for r in results["results"] if r["status"] in ("failed", "vacuous", "error")]
     if bad:
         lines += ["", "## Failures", ""]
         lines += [f"- q{r['query']} ({r['status']}): {r['reason']}" for r in bad]
     return "\n".join(lines) + "\n"
+
+
+def _queries(numbers: Iterable[int]) -> str:
+    return ", ".join(f"q{q}" for q in numbers)
 
 
 def chart(results: Mapping[str, Any], path: Path) -> Path | None:

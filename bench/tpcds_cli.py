@@ -422,7 +422,7 @@ def run(sf: float = DEFAULT_SF, strategies: Sequence[str] = DEFAULT_STRATEGIES,
         def change_batches(name: str, shared: bool) -> dict[str, Any]:
             nonlocal final
             t0 = time.perf_counter()
-            n_steps = 2 + len(sizes) * repeat * len(q4.KINDS)
+            n_steps = 3 + len(sizes) * repeat * len(q4.KINDS)
             with steps.phase(f"change batches, indexes {name}: populate (auto), then "
                              f"{repeat} batch(es) of each kind per size "
                              f"{', '.join(f'{s:.2%}' for s in sizes)} of the sales, each "
