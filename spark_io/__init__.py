@@ -21,7 +21,10 @@ This is the only package (with ``bench``) that imports pyspark; ``joinstate``,
 (:class:`SparkPipeline`, whose operations run as one Spark job: :mod:`spark_io.dag`) run
 every operation through :mod:`spark_io.lifecycle` (ids, output directories, the job,
 reports) and :mod:`spark_io.operation` (exactly once: the operation record, undo and
-rollback); :mod:`spark_io._worker` says what survives a task retry.
+rollback); :mod:`spark_io._worker` says what survives a task retry.  A pipeline's stage
+stores stay open in the executors' Python workers between tasks
+(:mod:`spark_io.storekeeper`), handed over between workers on request
+(:mod:`spark_io.handover`).
 """
 
 from spark_io.errors import (

@@ -86,14 +86,15 @@ from joinstate import (
     IndexOptions,
     Join,
     SideName,
-    StateLockedError,
     StateStore,
     StoreOptions,
 )
+from joinstate.directory import hold_directory
 from joinstate.names import undo_prefix
 from joinstate.transaction import apply_undo, drop_undo, undo_tags
 from joinstate.working_copy import open_checkpoint
-from spark_io.errors import PopulationStateError, ShardBusyError, error_detail, reported
+from spark_io import handover
+from spark_io.errors import PopulationStateError, error_detail, reported
 from spark_io.manifest import Manifest, ShardStorage, shard_key
 from spark_io.outputs import OutputDir, parquet_out
 from spark_io.routing import SHARD
@@ -111,6 +112,8 @@ __all__ = [
     "RollbackTask",
     "StateTask",
     "UndoPlan",
+    "in_operation",
+    "open_raw",
     "open_shard",
     "open_store",
     "options_from_dict",
@@ -239,48 +242,77 @@ def settle_undo(store: StateStore, plan: UndoPlan, where: str) -> int:
     return undone
 
 
+def open_raw(storage: ShardStorage, key: str, options: StoreOptions | None, *,
+             read_only: bool = False, owner: str = "", hint: str = "") -> OpenShard:
+    """Shard store ``key`` opened (the caller closes it), handed over if another holds it.
+
+    Without checkpoints it is the directory every task shares.  With them, the local
+    working copy is opened as exactly the committed checkpoint (restored if it is not).
+    A store another process keeps open is asked for (:func:`spark_io.handover.take`);
+    one that is not handed over in time raises :class:`~spark_io.errors.ShardBusyError`
+    (``owner`` and ``hint`` word it).  ``read_only`` opens without RocksDB's LOCK, so
+    it waits for nobody.
+    """
+    path = storage.local_path(key)
+    expected = storage.checkpoints.get(key)
+    what = owner or f"shard {key}"
+
+    def attempt() -> tuple[StateStore, str]:
+        if not read_only and path.is_dir():
+            # Nobody may hold the store: its holder may be closing it (the store's own
+            # check of its files, before RocksDB's LOCK is taken, must not race that),
+            # and a working copy may be replaced before it is opened.
+            with hold_directory(path, f"open {what}"):
+                pass
+        if storage.checkpoint_uri is None:
+            return StateStore(path, options, read_only=read_only), "shared"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open_checkpoint(storage.uri(key), path, expected, options,
+                               read_only=read_only)
+
+    if read_only:
+        store, sync = attempt()
+    else:
+        store, sync = handover.take(path, attempt, what, hint)
+    return OpenShard(store, key, sync, expected)
+
+
 @contextmanager
 def open_store(storage: ShardStorage, key: str, options: StoreOptions | None, *,
                read_only: bool = False, owner: str = "", hint: str = "",
                undo: UndoPlan | None = None) -> Iterator[OpenShard]:
-    """Shard store ``key`` open for the ``with`` block, closed after.
+    """Shard store ``key`` open for the ``with`` block, closed after (:func:`open_raw`).
 
-    Without checkpoints it is the directory every task shares.  With them, the local
-    working copy is opened as exactly the committed checkpoint (restored if it is not),
-    and a clean exit after writes checkpoints it (see the module docstring).
-    ``read_only`` opens without RocksDB's LOCK (inspection while a writer may be busy).
-    ``owner`` and ``hint`` word the :class:`~spark_io.errors.ShardBusyError`.  ``undo``
-    settles other operations' undo records first, then captures this one's.
+    With checkpoints, a clean exit after writes checkpoints the working copy (see the
+    module docstring).  ``undo`` settles other operations' undo records first, then
+    captures this one's.
     """
-    path = storage.local_path(key)
-    expected = storage.checkpoints.get(key)
-    try:
-        if storage.checkpoint_uri is None:
-            store, sync = StateStore(path, options, read_only=read_only), "shared"
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            store, sync = open_checkpoint(storage.uri(key), path, expected, options,
-                                          read_only=read_only)
-    except StateLockedError as exc:
-        raise ShardBusyError(
-            f"{owner or 'shard ' + key} ({path}) is already open in another task or "
-            f"process; joinstate allows one writer per shard: {hint or 'run one operation'} "
-            "at a time per state_dir, keep spark.speculation off, and close stores opened "
-            f"outside Spark. Cause: {exc}"
-        ) from exc
-    shard = OpenShard(store, key, sync, expected)
-    with store:
-        capture: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-        if undo is not None and not read_only:
-            shard.undone = settle_undo(store, undo, owner or f"shard {key}")
-            capture = store.capturing_undo(undo_prefix(undo.tag), undo.note)
-        before = store.last_sequence() if storage.checkpoint_uri and not read_only else None
-        with capture:
-            yield shard
-        if before is not None and store.last_sequence() != before:
-            info = store.checkpoint(storage.uri(key), keep=storage.keep,
-                                    protect=storage.protected(key))
-            shard.checkpoint = info.id
+    shard = open_raw(storage, key, options, read_only=read_only, owner=owner, hint=hint)
+    with shard.store, in_operation(storage, shard, undo, read_only, owner):
+        yield shard
+
+
+@contextmanager
+def in_operation(storage: ShardStorage, shard: OpenShard, undo: UndoPlan | None,
+                 read_only: bool, owner: str) -> Iterator[None]:
+    """The ``with`` block as a task's work on an open shard store.
+
+    ``undo`` settles other operations' undo records first, then captures this one's;
+    with checkpoints, a clean exit after writes checkpoints the store
+    (``shard.checkpoint`` becomes the new id).
+    """
+    store = shard.store
+    capture: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if undo is not None and not read_only:
+        shard.undone = settle_undo(store, undo, owner or f"shard {shard.key}")
+        capture = store.capturing_undo(undo_prefix(undo.tag), undo.note)
+    before = store.last_sequence() if storage.checkpoint_uri and not read_only else None
+    with capture:
+        yield
+    if before is not None and store.last_sequence() != before:
+        info = store.checkpoint(storage.uri(shard.key), keep=storage.keep,
+                                protect=storage.protected(shard.key))
+        shard.checkpoint = info.id
 
 
 @contextmanager

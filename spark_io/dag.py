@@ -8,12 +8,14 @@ An operation (a population, an ``apply``, a micro-batch) of a
                           -> stage 1 tasks -> partitionBy ... -> collect()
 
 Each stage is ``mapPartitionsWithIndex`` over ``shards`` partitions: partition ``i``
-is shard ``i``, whose task (:class:`StageTask`) opens the (stage, shard) store, pushes
-what the stage reads there and yields records (:mod:`spark_io.stagerun`): exchange rows
-keyed by the shard that reads them, its report, and everything it was handed for later
-stages.  The driver collects the last stage's records: the reports (and any error a
-task met).  No driver round trip between stages, no Parquet between them; the graph's
-outputs are written to Parquet by the tasks that compute them.
+is shard ``i``, whose task (:class:`StageTask`) takes the (stage, shard) store (kept
+open by its Python worker since an earlier task, or the task runs in the worker of this
+host that keeps it: :mod:`spark_io.storekeeper`), pushes what the stage reads there and
+yields records (:mod:`spark_io.stagerun`): exchange rows keyed by the shard that reads
+them, its report, and everything it was handed for later stages.  The driver collects
+the last stage's records: the reports (and any error a task met).  No driver round trip
+between stages, no Parquet between them; the graph's outputs are written to Parquet by
+the tasks that compute them.
 
 **What a task reads.**  The change (:class:`ChangeRef`) is either collected on the
 driver (a small change, shipped whole with the tasks; each routes the rows it reads)
@@ -39,6 +41,7 @@ raises the error and rolls the operation back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -52,9 +55,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from joinstate import Pipeline
 from joinstate.schema import WEIGHT
-from spark_io._worker import OUTPUT_PARQUET, UndoPlan, open_store, options_from_dict
+from spark_io import handover, storekeeper
+from spark_io._worker import OUTPUT_PARQUET, UndoPlan, options_from_dict
 from spark_io.errors import (
     SparkIOError,
     SparkJobError,
@@ -196,13 +199,29 @@ class StageTask:
     options: dict[str, Any] | None
     spec: OperationSpec
     change: ChangeRef
+    delegate: bool = True
+    """Whether the task may be handed to the worker of this host keeping its store."""
 
     def __call__(self, shard: int, records: Iterable[Record]) -> Iterator[Record]:
-        """Run the stage on ``shard``; yield the records for later stages and the driver."""
+        """Run the stage on ``shard``; yield the records for later stages and the driver.
+
+        Unless it populates, the task runs in the Python worker of this host that
+        keeps the (stage, shard) store open, if another does (:func:`storekeeper.
+        delegate`), so that the store need not be handed over and opened again.
+        """
+        if self.delegate and self.spec.kind != "populate":
+            given = list(records)
+            path = self.storage.local_path(stage_key(self.stage, shard))
+            done = storekeeper.delegate(path, dataclasses.replace(self, delegate=False),
+                                        shard, given)
+            if done is not None:
+                yield from done
+                return
+            records = given
         t0 = time.perf_counter()
         plan = self.plan.get()
         st = plan.stages[self.stage]
-        report: dict[str, Any] = {"stage": self.stage, "shard": shard}
+        report: dict[str, Any] = {"stage": self.stage, "shard": shard, "pid": os.getpid()}
         spool_dir = tempfile.mkdtemp(prefix=f"joinstate-s{self.stage}-{shard}-")
         spool = _Spool(spool_dir)
         aborted = False
@@ -258,16 +277,16 @@ class StageTask:
             return
         key = stage_key(self.stage, shard)
         populate = spec.kind == "populate"
+        owner = f"stage {self.stage}, shard {shard} of pipeline {spec.pipeline!r}"
+        hint = "run one SparkPipeline operation"
         if populate and self.storage.checkpoint_uri is None:
-            shutil.rmtree(self.storage.local_path(key), ignore_errors=True)
+            handover.wipe(self.storage.local_path(key), owner, hint)
         t_open = time.perf_counter()
         options = options_from_dict(self.options)
-        with open_store(self.storage, key, options, owner=f"stage {self.stage}, shard "
-                        f"{shard} of pipeline {spec.pipeline!r}",
-                        hint="run one SparkPipeline operation",
-                        undo=None if populate else spec.undo) as opened:
-            pipe = Pipeline(opened.store, spec.pipeline, graph)
-            pipe.compile()
+        with storekeeper.stage_store(
+                self.storage, key, options, pipeline=spec.pipeline, graph=graph,
+                undo=None if populate else spec.undo, owner=owner, hint=hint,
+                fresh=populate, report=report) as (opened, pipe):
             report["open_seconds"] = round(time.perf_counter() - t_open, 4)
             run = StageRun(plan, self.stage, shard, pipe, order_of=spec.order)
             t_work = time.perf_counter()

@@ -68,7 +68,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -78,7 +77,7 @@ from joinstate.names import pipeline_owner, validate_name
 from joinstate.schema import check_column_types
 from planner.distribute import DistributedPlan, from_decisions, plan_distribution
 from planner.stats import SourceStats, given
-from spark_io import args
+from spark_io import args, handover
 from spark_io._worker import RollbackTask, UndoPlan, open_store, options_from_dict, options_to_dict
 from spark_io.dag import ChangeRef, OperationResult, OperationSpec, run_operation, stage_key
 from spark_io.errors import PopulationStateError, SparkIOError
@@ -100,6 +99,7 @@ from spark_io.operation import Operations, change_digest, collect_change, read_c
 from spark_io.outputs import OutputDir
 from spark_io.report import JobReport, ShardReport, SparkReport
 from spark_io.stagerun import PlanRef, from_ipc, to_ipc
+from spark_io.storekeeper import stage_store
 from spark_io.types import arrow_schema, arrow_type, spark_schema
 
 if TYPE_CHECKING:
@@ -453,17 +453,15 @@ class SparkPipeline:
         times), then the output's ``order_by`` and ``limit``.  One Spark job; nothing is
         written.
         """
-        m = self.graph.materialized.get(name)
-        if m is None:
-            raise SchemaMismatchError(
-                f"pipeline {self.name!r} has no materialized output {name!r} (materialized: "
-                f"{sorted(self.graph.materialized)}); declare it with "
-                f"graph.output({name!r}, stream, materialize=True)")
+        try:
+            m = self.graph.materialized_output(name)
+        except SchemaMismatchError as exc:
+            raise SchemaMismatchError(f"pipeline {self.name!r}: {exc}") from None
         plan = self.plan
         stage = plan.stages[plan.outputs[name]]
         schema = self.graph.outputs[name].schema
         if self._manifest.plan is None:
-            rows = schema.empty_table()
+            rows = m.node.schema.empty_table().drop_columns([m.count])
         else:
             task = _ReadTask(self._plan_ref(), stage.index, name, self.name, self._storage(),
                              options_to_dict(self.options))
@@ -471,15 +469,10 @@ class SparkPipeline:
             blobs = sc.parallelize(list(range(self.shards)), self.shards).mapPartitions(
                 task).collect()
             parts = [from_ipc(b) for b in blobs]
-            rows = pa.concat_tables(parts) if parts else schema.empty_table()
-        if m.order_by and rows.num_rows:
-            rows = rows.take(pc.sort_indices(rows, sort_keys=list(m.order_by)))
-        if m.limit is not None:
-            rows = rows.slice(0, m.limit)
-        if m.hidden:
-            rows = rows.drop_columns(list(m.hidden))
-        out_schema = pa.schema([f for f in schema if f.name not in m.hidden])
-        return self.spark.createDataFrame(rows.cast(out_schema), spark_schema(out_schema))
+            rows = (pa.concat_tables(parts) if parts
+                    else m.node.schema.empty_table().drop_columns([m.count]))
+        rows = m.present(rows).cast(schema)
+        return self.spark.createDataFrame(rows, spark_schema(schema))
 
     def foreach_batch_sink(
         self, source: str, output_path: str | Path, *, sink_id: str | None = None,
@@ -650,6 +643,10 @@ class SparkPipeline:
             return
         for d in self.state_dir.glob("stage*"):
             if d.is_dir():
+                for store in sorted(d.glob("shard-*")):
+                    if store.is_dir():  # handed over by the worker keeping it open
+                        handover.wipe(store, f"store {d.name}/{store.name} of pipeline "
+                                      f"{self.name!r}", "run one SparkPipeline operation")
                 shutil.rmtree(d)
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -772,11 +769,21 @@ class _ReadTask:
             if graph is None or self.output not in graph.materialized or \
                     not self.storage.exists(key):
                 continue
-            with open_store(self.storage, key, options_from_dict(self.options),
-                            read_only=self.storage.checkpoint_uri is None,
-                            owner=f"stage {self.stage}, shard {shard} of pipeline "
-                                  f"{self.pipeline!r}") as opened:
-                yield to_ipc(Pipeline(opened.store, self.pipeline, graph).read(self.output))
+            # A shard's first rows in order, hidden ordering columns kept: the reader
+            # merges the shards' and orders and limits once more.
+            m = graph.materialized_output(self.output)
+            owner = f"stage {self.stage}, shard {shard} of pipeline {self.pipeline!r}"
+            if self.storage.checkpoint_uri is None:  # read-only: nobody's LOCK is needed
+                with open_store(self.storage, key, options_from_dict(self.options),
+                                read_only=True, owner=owner) as opened:
+                    p = Pipeline(opened.store, self.pipeline, graph)
+                    held = m.present(p.held(self.output), hide=False)
+            else:  # the working copy, kept open by this worker (or handed over)
+                with stage_store(self.storage, key, options_from_dict(self.options),
+                                 pipeline=self.pipeline, graph=graph,
+                                 owner=owner) as (_, p):
+                    held = m.present(p.held(self.output), hide=False)
+            yield to_ipc(held)
 
 
 def _check_spark_types(name: str, graph: Graph) -> None:

@@ -10,7 +10,10 @@ checkpoints (the shards are shared directories; undo records are the rollback):
 * a Python worker killed right after its shard committed, on the first attempt: Spark
   retries the task, which replays; the change is applied once;
 * a worker killed on every attempt: a ``SparkJobError``, every shard rolled back, and
-  the same op id then applies the change once.
+  the same op id then applies the change once;
+* a pipeline's stage stores stay open in the workers between operations (every task
+  finds its store kept), and killing those workers loses nothing: the next operation
+  reopens the stores and applies its change once.
 
 One SparkContext per JVM, so the scenario runs in its own Python process: this file is
 also that process's script (``python test_spark_cluster_exactly_once.py cluster DIR``).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -56,6 +60,7 @@ def test_exactly_once_on_a_local_cluster(tmp_path: Path) -> None:
     assert result["retried_attempts"] >= 1
     assert result["dead_every_attempt"] == "SparkJobError"
     assert result["pipeline_over_retraction"] == "OverRetractionError"
+    assert result["pipeline_kept"] == ["kept"]
     assert result["checks"] == result["checks_expected"]
 
 
@@ -202,6 +207,20 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
             case.apply(rows, op_id="p")
             case.check()
             checks.append("pipeline rolled back across stages, then applied once")
+
+            # Stage stores stay open in the executors' Python workers between operations
+            # (a task runs in the worker keeping its store, whichever executor Spark
+            # picks); a worker killed loses them, and the next operation reopens them.
+            case.apply([(r, 1) for s in pshards for r in case.by_shard[s][2:3]], op_id="q")
+            assert case.sp.last_report is not None
+            busy = [t.detail for j in case.sp.last_report.jobs for t in j.shards
+                    if not t.detail.get("idle")]
+            result["pipeline_kept"] = sorted({str(t.get("kept")) for t in busy})
+            for pid in {int(t["pid"]) for t in busy}:
+                os.kill(pid, signal.SIGKILL)
+            case.apply([(r, 1) for s in pshards for r in case.by_shard[s][3:4]], op_id="r")
+            case.check()
+            checks.append("pipeline keepers killed, then applied once")
         finally:
             case.close()
     finally:
@@ -211,7 +230,8 @@ def cluster_scenario(root: Path) -> dict[str, Any]:
         "apply a", "conflict wrote nothing", "over-retraction rolled back",
         "a worker killed after its commit, retried",
         "a worker killed on every attempt, rolled back, then applied once",
-        "pipeline rolled back across stages, then applied once"]
+        "pipeline rolled back across stages, then applied once",
+        "pipeline keepers killed, then applied once"]
     return result
 
 
