@@ -168,6 +168,7 @@ def resume_and_check(tmp: Path, spec: dict[str, Any], ref: Reference) -> populat
         return rep
 
 
+@pytest.mark.cover
 @pytest.mark.parametrize(("strategy", "order", "how", "point"), CASES,
                          ids=["-".join(c) for c in CASES])
 def test_kill_anywhere_then_resume(tmp_path: Path, references: Any, strategy: str, order: str,

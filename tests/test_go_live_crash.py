@@ -86,6 +86,7 @@ def near_the_end(total: int) -> list[tuple[str, int]]:
             for p in ("write-before", "write")]
 
 
+@pytest.mark.cover
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("index", range(2 * NEAR_THE_END))
 def test_kill_around_the_switch_to_live(tmp_path: Path, kind: str, index: int,

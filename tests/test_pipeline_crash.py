@@ -39,6 +39,7 @@ def total_commits(tmp_path_factory: pytest.TempPathFactory) -> int:
     return int(json.loads(r.stdout.strip().splitlines()[-1])["commit"])
 
 
+@pytest.mark.cover
 @pytest.mark.parametrize("point", ["commit-before", "commit"])
 @pytest.mark.parametrize("fraction", [0.2, 0.55, 0.9, 0.99])
 def test_kill_then_resume_gives_the_exact_result(tmp_path: Path, total_commits: int,

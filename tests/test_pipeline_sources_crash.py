@@ -66,6 +66,7 @@ def total_commits(tmp_path_factory: pytest.TempPathFactory) -> int:
     return int(counts["commit"])
 
 
+@pytest.mark.cover
 @pytest.mark.parametrize("point", ["commit-before", "commit"])
 @pytest.mark.parametrize("fraction", [0.1, 0.4, 0.75, 0.97])
 def test_kill_then_rerun_keeps_records_and_indexes_consistent(

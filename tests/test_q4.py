@@ -204,6 +204,10 @@ class Recompute:
         self.prev: dict[str, pa.Table] = {}
         self.drop_q4_of = drop_q4_of
 
+    def warm(self) -> dict[str, float]:
+        """Nothing is built lazily here."""
+        return {}
+
     def push(self, source: str, delta: pa.Table) -> dict[str, pa.Table]:
         if q4.WEIGHT not in delta.column_names:
             delta = q4.weighted(delta, 1)

@@ -105,6 +105,7 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
+@pytest.mark.cover
 @pytest.mark.parametrize(("how", "side", "point"), CASES, ids=["-".join(c) for c in CASES])
 def test_kill_anywhere_leaves_old_or_new(tmp_path: Path, references: Any, how: str, side: str,
                                          point: str) -> None:

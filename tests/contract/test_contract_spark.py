@@ -102,7 +102,10 @@ def _short(case: Case, changes: int) -> Case:
 
 
 @pytest.mark.parametrize("case", [
-    next(c for c in join_cases((0,)) if c.id == "no_unique-full-0"),
+    # A JVM of its own and ~20 s: the default run checks Spark against DuckDB in
+    # tests/spark (TPC-DS queries, the README's view), this case with -m slow.
+    pytest.param(next(c for c in join_cases((0,)) if c.id == "no_unique-full-0"),
+                 marks=pytest.mark.slow),
     pytest.param(next(c for c in pipeline_cases((3,))), marks=pytest.mark.slow),
 ], ids=lambda c: c.id)
 def test_spark_pipeline_matches_oracle(spark: SparkSession, tmp_path: Path, case: Any) -> None:
