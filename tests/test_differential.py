@@ -525,7 +525,8 @@ PROBES = ["auto", "point", "scan"]
 
 
 @pytest.mark.parametrize("probe", PROBES)
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
+                                  pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("how", JOIN_TYPES)
 def test_random_stream_matches_oracle(

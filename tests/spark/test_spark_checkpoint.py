@@ -124,6 +124,7 @@ class Tracked:
 # ---- SparkJoin -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lost_and_stale_working_copies_are_restored(spark: SparkSession, tmp_path: Path
                                                     ) -> None:
     rng = random.Random(31)
@@ -450,6 +451,7 @@ def spark_home_for_cluster(root: Path) -> Path:
     return home
 
 
+@pytest.mark.slow
 def test_shards_move_between_executors_of_a_local_cluster(tmp_path: Path) -> None:
     """Two executor JVMs with executor-local working copies (a relative ``local_dir``):
     populate, applies, a shard's copies deleted on every executor, stale copies planted,

@@ -127,6 +127,7 @@ def killed_and_resumed(spark: SparkSession, root: Path, driver: str, checkpoint:
         resume_join(spark, root, checkpoint)
 
 
+@pytest.mark.slow
 def test_pipeline_population_killed_after_its_job(spark: SparkSession, tmp_path: Path
                                                    ) -> None:
     killed_and_resumed(spark, tmp_path, "pipeline", False, ("after:operation", 1))

@@ -137,7 +137,7 @@ def test_files_are_read_as_spark_reads_them(spark: SparkSession, tmp_path: Path)
     assert files is None and "partition columns" in why
 
 
-@pytest.mark.parametrize("how", ["inner", "left"])
+@pytest.mark.parametrize("how", ["inner", pytest.param("left", marks=pytest.mark.slow)])
 def test_files_populate_then_apply_matches_spark_join(spark: SparkSession, tmp_path: Path,
                                                       how: str) -> None:
     rng = random.Random(42 if how == "inner" else 43)

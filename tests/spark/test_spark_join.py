@@ -133,7 +133,7 @@ def test_partition_i_holds_shard_i(spark: SparkSession, shards: int) -> None:
     assert [r.p for r in got] == list(range(shards))
 
 
-@pytest.mark.parametrize("how", ["inner", "left"])
+@pytest.mark.parametrize("how", [pytest.param("inner", marks=pytest.mark.slow), "left"])
 def test_populate_then_apply_matches_spark_join(spark: SparkSession, tmp_path: Path,
                                                 how: str) -> None:
     rng = random.Random(4 if how == "inner" else 5)
