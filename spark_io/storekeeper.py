@@ -80,6 +80,7 @@ __all__ = [
     "KEEP_ENV",
     "TICK",
     "delegate",
+    "keeper_address",
     "kept_paths",
     "release_all",
     "stage_store",
@@ -96,6 +97,8 @@ memtables, and what its pipelines hold in memory."""
 TICK = 0.05
 """Seconds between two looks of the keeper thread at release requests."""
 _HEADER = struct.Struct(">Q")
+_ACK = b"\x06"
+"""Sent by a keeper once it holds a delegated task whole, before it runs it."""
 
 
 def _capacity() -> int:
@@ -425,7 +428,8 @@ def _keeper_loop() -> None:
                     entry.busy.release()
 
 
-def _address(path: Path) -> str:
+def keeper_address(path: Path) -> str:
+    """The abstract Unix socket on which the worker keeping store ``path`` takes tasks."""
     digest = hashlib.sha1(f"{os.getuid()}:{_name(path)}".encode()).hexdigest()[:32]
     return f"\0joinstate-store-{digest}"
 
@@ -439,7 +443,7 @@ def _listen(entry: _Kept) -> None:
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(_address(entry.path))
+        sock.bind(keeper_address(entry.path))
         sock.listen(8)
         sock.setblocking(False)
     except OSError:  # another process still listens for it (handing it over): no matter
@@ -492,6 +496,7 @@ def _serve(conn: socket.socket) -> None:
             if not _same_user(conn):
                 return
             work, args = _recv(conn)
+            conn.sendall(_ACK)  # from here on the caller must not run the work itself
         except (OSError, EOFError, pickle.UnpicklingError):
             return
         try:
@@ -517,11 +522,20 @@ def delegate(path: Path, work: Callable[..., Any], *args: Any) -> list[Any] | No
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with conn:
         try:
-            conn.connect(_address(path))
+            conn.connect(keeper_address(path))
         except OSError:
             return None
         try:
             _send(conn, (work, args))
+            acked = _recv_exactly(conn, len(_ACK)) == _ACK
+        except (OSError, EOFError):
+            # The keeper closed its listener while this connection waited to be accepted
+            # (it is handing the store over): the work never started there, so it runs
+            # here, after the hand-over.
+            return None
+        if not acked:
+            return None
+        try:
             status, value = _recv(conn)
         except (OSError, EOFError) as exc:
             msg = (f"the Python worker keeping store {path} stopped while running this "

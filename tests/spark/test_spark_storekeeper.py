@@ -260,3 +260,35 @@ def test_keeping_is_off_with_zero(view: View, monkeypatch: pytest.MonkeyPatch) -
     assert storekeeper.kept_paths() == []
     assert not list(view.root.glob("state/stage*/.shard-*.kept"))
     assert NAME in view.graph.outputs
+
+
+def test_a_keeper_closing_its_listener_before_accepting_leaves_the_task_to_its_caller(
+        tmp_path: Path) -> None:
+    """A connection still waiting in the backlog of a keeper that closes its listener
+    (it is handing the store over) never reached the keeper: the caller runs the task
+    itself, and nothing runs twice."""
+    import socket
+
+    store = tmp_path / "shard-00000"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(storekeeper.keeper_address(store))
+    listener.listen(1)
+    ran: list[int] = []
+
+    def work(n: int) -> list[int]:
+        ran.append(n)
+        return [n]
+
+    import threading
+
+    def close_soon() -> None:
+        time.sleep(0.2)
+        listener.close()  # never accepted
+
+    closer = threading.Thread(target=close_soon)
+    closer.start()
+    try:
+        assert storekeeper.delegate(store, work, 7) is None
+    finally:
+        closer.join()
+    assert ran == []
