@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -78,7 +79,11 @@ def statistics_counters(text: str | None) -> dict[str, int]:
 
 
 _OPTIONS_FILE = re.compile(r"^OPTIONS-(\d+)$")
-_READ_ATTEMPTS = 5
+_READ_ATTEMPTS = 50
+"""Listings tried when the newest options file vanishes before it is read.
+
+Each vanished file means RocksDB published a newer one; with a millisecond's pause
+between tries, fifty outlast a writer replacing its file in a loop on a busy machine."""
 
 
 def _options_files(path: Path) -> list[tuple[int, Path]]:
@@ -115,6 +120,7 @@ def auto_compaction_flags(path: str | Path) -> dict[str, bool]:
             if not folder.is_dir():
                 return {}
             problem = exc
+            time.sleep(0.001)
             continue
         except OSError as exc:
             problem = exc
