@@ -75,6 +75,7 @@ __all__ = [
     "pipeline_manifest_path",
     "shard_key",
     "shard_path",
+    "write_durably",
 ]
 
 FORMAT = 1
@@ -311,7 +312,7 @@ class Manifest:
 
     def write(self, state_dir: str | Path) -> Path:
         """Write atomically (temporary file in the same directory, then rename)."""
-        return _write_durably(manifest_path(state_dir, self.name), self.to_json())
+        return write_durably(manifest_path(state_dir, self.name), self.to_json())
 
     @classmethod
     def read(cls, state_dir: str | Path, name: str) -> Manifest:
@@ -427,7 +428,7 @@ class PipelineManifest:
 
     def write(self, state_dir: str | Path) -> Path:
         """Write atomically and durably (temporary file, fsync, rename)."""
-        return _write_durably(pipeline_manifest_path(state_dir, self.name), self.to_json())
+        return write_durably(pipeline_manifest_path(state_dir, self.name), self.to_json())
 
     @classmethod
     def read(cls, state_dir: str | Path, name: str) -> PipelineManifest | None:
@@ -445,7 +446,7 @@ class PipelineManifest:
         return dataclasses.replace(self, **changes)
 
 
-def _write_durably(path: Path, text: str) -> Path:
+def write_durably(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically and durably.
 
     A temporary file in the same directory, fsync, then rename: a crash leaves the old

@@ -47,12 +47,10 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,10 +62,12 @@ from joinstate.codec import RowCodec
 from joinstate.keys import row_hash
 from joinstate.schema import conform_delta
 from spark_io.errors import ManifestError, StateDirBusyError, WriterConflictError
+from spark_io.manifest import write_durably
 from spark_io.types import conform_batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from pathlib import Path
 
     from pyspark.sql import DataFrame
 
@@ -95,17 +95,7 @@ _STATUSES = ("running", "committed", "rolled_back")
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path`` atomically and durably (temporary file, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_durably(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
