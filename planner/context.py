@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from planner.errors import PlannerError
 from planner.history import History
+from planner.rule import latest_decision
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -241,11 +242,7 @@ class PlanContext:
 
     def decision(self, topic: str, subject: str | None = None) -> Decision | None:
         """The latest decision on ``topic`` about ``subject`` (default: the root)."""
-        subject = self.name if subject is None else subject
-        for d in reversed(self.decisions):
-            if d.topic == topic and d.subject == subject:
-                return d
-        return None
+        return latest_decision(self.decisions, topic, self.name if subject is None else subject)
 
     def choice(self, topic: str, subject: str | None = None, default: Any = None) -> Any:
         """The choice of :meth:`decision`, or ``default`` if there is none."""

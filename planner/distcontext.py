@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import PlannerError
 from planner.partitioning import GraphFacts, Partitioning, desires, from_json
 from planner.placement import Derivation, derive
+from planner.rule import latest_decision
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -69,11 +70,7 @@ class DistributionContext:
 
     def decision(self, topic: str, subject: str | None = None) -> Decision | None:
         """The latest decision on ``topic`` about ``subject`` (default: the root)."""
-        subject = self.name if subject is None else subject
-        for d in reversed(self.decisions):
-            if d.topic == topic and d.subject == subject:
-                return d
-        return None
+        return latest_decision(self.decisions, topic, self.name if subject is None else subject)
 
     def with_decisions(self, more: Iterable[Decision]) -> DistributionContext:
         """A copy with ``more`` decisions appended."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
+from planner.rule import latest_decision
 from planner.rules import RULES
 from planner.shape import context_of, join_context
 
@@ -58,11 +59,7 @@ class Plan:
 
     def decision(self, topic: str, subject: str | None = None) -> Decision | None:
         """The decision on ``topic`` about ``subject`` (default: the plan's root)."""
-        subject = self.name if subject is None else subject
-        for d in reversed(self.decisions):
-            if d.topic == topic and d.subject == subject:
-                return d
-        return None
+        return latest_decision(self.decisions, topic, self.name if subject is None else subject)
 
     def get(self, topic: str, subject: str | None = None, default: Any = _MISSING) -> Any:
         """The choice on ``topic`` about ``subject`` (default: the plan's root).

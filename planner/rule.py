@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["Decision", "Rule"]
+__all__ = ["Decision", "Rule", "latest_decision"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,19 @@ class Decision:
         """A JSON-able dict (``choice`` and ``figures`` are JSON-able by contract)."""
         return {"topic": self.topic, "subject": self.subject, "choice": self.choice,
                 "reason": self.reason, "figures": dict(self.figures), "rule": self.rule}
+
+
+def latest_decision(decisions: Sequence[Decision], topic: str, subject: str
+                    ) -> Decision | None:
+    """The last of ``decisions`` on ``topic`` about ``subject``, or None.
+
+    Rules run in order and a later rule may revise an earlier choice, so the last
+    recorded decision is the one in force.
+    """
+    for d in reversed(decisions):
+        if d.topic == topic and d.subject == subject:
+            return d
+    return None
 
 
 @runtime_checkable
