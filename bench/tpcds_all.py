@@ -74,9 +74,10 @@ if TYPE_CHECKING:
     import sqlglot.expressions as exp
 
 __all__ = [
-    "BATCHES", "DEFAULT_SHARE", "FACTS", "TABLES", "QueryArgumentError", "QueryResult",
-    "candidate_queries", "is_trivial", "parse_queries", "prepare_changes", "run",
-    "run_query", "write_report",
+    "BATCHES", "DEFAULT_SHARE", "FACTS", "TABLES", "Batch", "Changes", "Oracle",
+    "QueryArgumentError", "QueryResult", "candidate_queries", "check_view", "environment",
+    "is_trivial", "load_tables", "parse_queries", "plain", "prepare_changes", "run",
+    "run_query", "same_answer", "unordered", "valid_batch", "write_report",
 ]
 
 FACTS = frozenset({"store_sales", "store_returns", "catalog_sales", "catalog_returns",
@@ -215,7 +216,8 @@ def load_tables(sf: float, cache_dir: Path | None = None) -> dict[str, pa.Table]
     return out
 
 
-def _plain(t: pa.Table) -> pa.Table:
+def plain(t: pa.Table) -> pa.Table:
+    """``t`` without its row ids: what joinstate and the checked tables see."""
     return t.drop_columns([RID])
 
 
@@ -256,16 +258,19 @@ class Oracle:
         self.con.execute("SET enable_progress_bar = false")
 
     def close(self) -> None:
+        """Close the connection."""
         self.con.close()
 
     def load(self, tables: Mapping[str, pa.Table], names: Iterable[str], *,
              rids: bool = False) -> None:
+        """(Re)load the tables ``names`` (with their row ids if ``rids``)."""
         for n in names:
-            self.con.register("arrow_in", tables[n] if rids else _plain(tables[n]))
+            self.con.register("arrow_in", tables[n] if rids else plain(tables[n]))
             self.con.execute(f'CREATE OR REPLACE TABLE "{n}" AS SELECT * FROM arrow_in')
             self.con.unregister("arrow_in")
 
     def answer(self, sql: str) -> tuple[pa.Table, float]:
+        """``sql``'s answer on the loaded tables, and DuckDB's seconds for it."""
         t0 = time.perf_counter()
         out = self.con.execute(sql).to_arrow_table()
         return out, time.perf_counter() - t0
@@ -305,9 +310,10 @@ class Batch:
     deleted: dict[str, pa.Table] = field(default_factory=dict)
 
     def add(self, source: str, kind: str, rows: pa.Table, w: int) -> None:
+        """Add ``rows`` of ``kind`` to ``source``'s delta with weight ``w``."""
         if not rows.num_rows:
             return
-        d = weighted(_plain(rows), w)
+        d = weighted(plain(rows), w)
         self.deltas[source] = (pa.concat_tables([self.deltas[source], d])
                                if source in self.deltas else d)
         self.rows[kind] = self.rows.get(kind, 0) + rows.num_rows
@@ -353,7 +359,8 @@ class Changes:
             added[s] = added.get(s, 0) + rows.num_rows
         return added
 
-    def _k(self, name: str) -> int:
+    def rows_per_kind(self, name: str) -> int:
+        """Fact rows of ``name`` per kind in a batch: ``share`` of the table, at least MIN_ROWS."""
         return max(MIN_ROWS, round(self.share * self.tables.t[name].num_rows))
 
     def _alive(self, name: str, rids: np.ndarray, exclude: np.ndarray | None = None
@@ -399,11 +406,11 @@ class Changes:
             # never most of the candidates: the answer after population must not empty
             hot = self.hot.get(s, np.empty(0, np.int64))
             pool = np.setdiff1d(self.cands[s], hot)
-            k = min(self._k(s), pool.size // HOLD_SHARE)
+            k = min(self.rows_per_kind(s), pool.size // HOLD_SHARE)
             if not k:  # too few candidates to spare: other rows, so that one comes back
                 pool = np.setdiff1d(self.tables.t[s][RID].to_numpy(),
                                     np.concatenate([self.cands[s], hot]))
-                k = min(self._k(s), pool.size // HOLD_SHARE)
+                k = min(self.rows_per_kind(s), pool.size // HOLD_SHARE)
             rids = np.unique(self._pick_from(pool, k, False))
             if not rids.size or rids.size * 4 > self.tables.t[s].num_rows:
                 continue
@@ -419,7 +426,7 @@ class Changes:
         b = Batch()
         t = self.tables
         for s in self.facts:
-            k = self._k(s)
+            k = self.rows_per_kind(s)
             # re-inserts: what the previous batch deleted (or the population held out)
             back = self.previous.pop(s, None)
             back_rids = back[RID].to_numpy() if back is not None else None
@@ -632,7 +639,8 @@ def _short(res: Mapping[str, Any]) -> str:
     return json.dumps({k: v for k, v in res.items() if k != "ok"}, default=str)[:600]
 
 
-def _same(a: pa.Table, b: pa.Table) -> bool:
+def same_answer(a: pa.Table, b: pa.Table) -> bool:
+    """The same multiset of rows (doubles to ``compare``'s tolerance)."""
     from joinstate.testing import compare
 
     return a.num_rows == b.num_rows and bool(compare(a, b)["ok"])
@@ -651,7 +659,7 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
     say = step or (lambda _: None)
     sql = tpcds.query(n)
     name = f"q{n}"
-    srcs = {t: Source(_plain(base[t]).schema, None if t in FACTS else base[t].schema.names[0])
+    srcs = {t: Source(plain(base[t]).schema, None if t in FACTS else base[t].schema.names[0])
             for t in TABLES}
     store_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
     try:
@@ -673,7 +681,7 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
             try:
                 say("populate")
                 t0 = time.perf_counter()
-                population.populate(p, sources={s: _plain(tables.t[s]) for s in sources},
+                population.populate(p, sources={s: plain(tables.t[s]) for s in sources},
                                      progress=False, sink=integrated.add)
                 res.population_s = time.perf_counter() - t0
                 oracle.load(tables.t, sources)
@@ -681,7 +689,7 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
                 res.nonempty = not is_trivial(prev)
                 for i in range(BATCHES):
                     say(f"batch {i + 1}")
-                    b = _valid_batch(changes, oracle, sql, res, prev)
+                    b = valid_batch(changes, oracle, sql, res, prev)
                     res.batch_rows.append(dict(b.rows))
                     choices = {}
                     t0 = time.perf_counter()
@@ -724,14 +732,14 @@ def prepare_changes(n: int, sql: str, base: Mapping[str, pa.Table], sources: Seq
     rng = np.random.default_rng([seed, n])
     changes = Changes(sql, tables, sources, cands, share, rng)
     if n in SEEDS:
-        current = {t: _plain(base[t]) for t in TABLES}
-        current.update({t: _plain(tables.t[t]) for t in sources})
+        current = {t: plain(base[t]) for t in TABLES}
+        current.update({t: plain(tables.t[t]) for t in sources})
         res.seeded = changes.seed(SEEDS[n](current, rng))
     changes.hold_out()
     return changes
 
 
-def _valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult,
+def valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult,
                  prev: pa.Table | None = None) -> Batch:
     """A batch after which DuckDB can answer the query (loaded into ``oracle``).
 
@@ -759,7 +767,7 @@ def _valid_batch(changes: Changes, oracle: Oracle, sql: str, res: QueryResult,
                 raise
             continue
         if got is not None and prev is not None and attempt < RETRIES - 1:
-            why = ("left the answer as it was" if _same(got, prev) else
+            why = ("left the answer as it was" if same_answer(got, prev) else
                    "emptied the answer" if is_trivial(got) and not is_trivial(prev) else "")
             if why:
                 res.redrawn.append(f"batch {len(res.batch_s) + 1} {why}")
@@ -779,7 +787,7 @@ def _check(res: QueryResult, p: Any, name: str, sql: str, order: Sequence[str],
     res.rows.append(want.num_rows)
     res.trivial.append(is_trivial(want))
     if prev is not None:
-        res.changed.append(not _same(want, prev))
+        res.changed.append(not same_answer(want, prev))
     res.checks.append({"step": step, **check_view(p, name, integrated, want, lim, order)})
     return want
 
@@ -836,7 +844,7 @@ def run(queries: Sequence[int], sf: float, *, seed: int = 0, share: float = DEFA
     rows = [asdict(r) | {"ok": r.ok} for r in results]
     return {"sf": sf, "seed": seed, "share": share, "queries": list(queries), "jobs": jobs,
             "seconds": time.perf_counter() - t0, "ok": all(r.ok for r in results),
-            "environment": _environment(), "summary": summarize(rows), "results": rows}
+            "environment": environment(), "summary": summarize(rows), "results": rows}
 
 
 _BASE: dict[str, pa.Table] = {}
@@ -927,7 +935,8 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _environment() -> dict[str, Any]:
+def environment() -> dict[str, Any]:
+    """Date, commit, machine and Python version, for a report's head."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=False,

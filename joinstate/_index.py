@@ -149,7 +149,7 @@ class Index:
             tracks_degree=self.track_degree,
             appends_blindly=self.layout.blind_inserts and not self.track_degree,
             bulk_loadable=not self.track_degree,
-            rows=self.rows, entries=self.entries,
+            rows=self.rows, entries=self.entries, cached=self.cache is not None,
         )
 
     def known_keys(self) -> int | None:

@@ -46,7 +46,7 @@ class Entries:
 class _Segment:
     """Rows of the side sorted by key hash (one run of the cache); ``w == 0``: removed."""
 
-    __slots__ = ("canon", "enc", "rh", "rows", "sorted_hash", "w")
+    __slots__ = ("_by_row", "canon", "enc", "rh", "rows", "sorted_hash", "w")
 
     def __init__(self, rows: pa.Table, w: np.ndarray, rh: Bytes, enc: Bytes, canon: Bytes,
                  khash: np.ndarray) -> None:
@@ -57,6 +57,7 @@ class _Segment:
                 khash[order]
         self.rows, self.w, self.rh, self.enc, self.canon = rows, w, rh, enc, canon
         self.sorted_hash = khash
+        self._by_row: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.w)
@@ -87,11 +88,27 @@ class _Segment:
 
     def find(self, canon: Bytes, khash: np.ndarray, rh: Bytes, enc: Bytes
              ) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of this segment equal to some of the given rows: (given row, position)."""
-        e, q = self.probe(canon, khash)
-        if len(e):
-            same = (self.rh.take(e).matrix() == rh.take(q).matrix()).all(axis=1)
-            e, q = e[same], q[same]
+        """Rows of this segment equal to some of the given rows: (given row, position).
+
+        Looked up by row hash, not by key: a row's key may be shared by many rows of
+        the segment (a bag keyed by a date), and pairing every given row with every row
+        of its key would cost their product.  The segment's rows are distinct, so each
+        given row has at most one match; the sorted row hashes are built on the first
+        lookup and kept (a segment's rows never change, only their weights).
+        """
+        if self._by_row is None:
+            v = _as_void(self.rh)
+            order = np.argsort(v, kind="stable")
+            self._by_row = (v[order], order)
+        by_row, order = self._by_row
+        qv = _as_void(rh)
+        if not len(by_row) or not len(qv):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        pos = np.searchsorted(by_row, qv)
+        inside = np.flatnonzero(pos < len(by_row))
+        q = inside[by_row[pos[inside]] == qv[inside]]
+        e = order[pos[q]].astype(np.int64, copy=False)
+        q = q.astype(np.int64, copy=False)
         if len(e) and not self.enc.take(e).equals(enc.take(q)).all():
             msg = "xxh3_128 collision between two different rows"
             raise StateCorruptedError(msg)
@@ -115,6 +132,12 @@ class _Segment:
             Bytes.concat([s.canon for s in parts]),
             np.concatenate([s.sorted_hash for s in parts]),
         )
+
+
+def _as_void(b: Bytes) -> np.ndarray:
+    """Fixed-width strings as one numpy void value each (sortable, comparable)."""
+    m = np.ascontiguousarray(b.matrix())
+    return m.view(f"V{m.shape[1]}").reshape(len(m))
 
 
 class ProbeCache:

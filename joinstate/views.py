@@ -38,3 +38,5 @@ class IndexInfo:
     bulk_loadable: bool
     rows: int
     entries: int
+    cached: bool = False
+    """The index was held in memory as a probe cache: a probe reads no stored state."""

@@ -32,7 +32,7 @@ import numpy as np
 
 import joinstate
 from joinstate.names import batch_cost_key
-from joinstate.nodes import JoinAllNode, JoinNode
+from joinstate.nodes import JoinAllNode, JoinNode, WindowNode
 from planner.errors import PlannerError
 from planner.rule import Decision
 from planner.rules._text import rows
@@ -40,6 +40,8 @@ from planner.rules.recompute import (
     OPERATOR_BATCH_US,
     OPERATOR_INCREMENTAL_US,
     OPERATOR_SCAN_US,
+    OPERATOR_WINDOW_BATCH_US,
+    TOPIC,
     BatchContext,
     Observation,
     RecomputeRule,
@@ -293,7 +295,10 @@ def decide_operators(pipeline: joinstate.Pipeline, source: str,
     ``figures["operator"]``), decided by :class:`RecomputeRule` from: the rows expected
     to reach it (the batch's rows times its fan-out, the median measured on earlier
     pushes, else :func:`estimated_fanouts`), the rows of the indexes its recompute path
-    scans (counters), and its own recorded runs of both paths.  Reads only metadata.
+    scans (counters; an index held in a probe cache is probed in memory on either
+    path, so it is not scanned), and its own recorded runs of both paths.  An operator
+    whose every index is cached stays incremental: both paths would read the same way.
+    Reads only metadata.
     """
     _owner(pipeline)  # a closed store raises here
     if source not in pipeline.sources:
@@ -301,9 +306,14 @@ def decide_operators(pipeline: joinstate.Pipeline, source: str,
                            f"sources: {list(pipeline.sources)}")
     n = delta.num_rows
     candidates = pipeline.recompute_candidates(source)
+    nodes = {node.label: node for node in pipeline.graph.nodes}
     guessed: dict[str, float] | None = None
     out: list[Decision] = []
-    for label, scanned in candidates.items():
+    for label, indexes in candidates.items():
+        scanned = [i for i in indexes if not i.cached]
+        if indexes and not scanned:
+            out.append(_held_in_memory(pipeline, source, label, n, indexes))
+            continue
         inc, fan_i = operator_runs(pipeline, source, label, "incremental")
         rc, fan_r = operator_runs(pipeline, source, label, "recompute")
         fans = [*fan_i, *fan_r][-KEEP:]
@@ -315,12 +325,13 @@ def decide_operators(pipeline: joinstate.Pipeline, source: str,
             fanout, fan_from = guessed.get(label, 1.0), "estimated from the counters"
         reaching = round(n * fanout)
         rows_scanned = sum(i.rows for i in scanned)
+        window = isinstance(nodes.get(label), WindowNode)
         context = BatchContext(
             f"pipeline {pipeline.name!r}, operator {label} (push to {source!r})",
             batch_rows=reaching, scanned_rows=rows_scanned, state_rows=rows_scanned,
             incremental=inc, recompute=rc,
             default_incremental_us=OPERATOR_INCREMENTAL_US, default_scan_us=OPERATOR_SCAN_US,
-            default_batch_us=OPERATOR_BATCH_US)
+            default_batch_us=OPERATOR_WINDOW_BATCH_US if window else OPERATOR_BATCH_US)
         d = RecomputeRule().apply(context)[0]
         figures = {**d.figures, "operator": label, "source_batch_rows": n,
                    "fanout": round(fanout, 4), "fanout_from": fan_from,
@@ -329,3 +340,24 @@ def decide_operators(pipeline: joinstate.Pipeline, source: str,
                   f"({fanout:.3g} per source row, {fan_from})")
         out.append(Decision(d.topic, d.subject, d.choice, reason, figures, d.rule))
     return out
+
+
+def _held_in_memory(pipeline: joinstate.Pipeline, source: str, label: str, n: int,
+                    indexes: list[IndexInfo]) -> Decision:
+    """``incremental`` for an operator whose every index is held in a probe cache.
+
+    Its recompute path probes a cached index in memory rather than scanning it, so both
+    paths read the same way and cost the same: choosing recompute would change nothing
+    but the label (and measured runs would be booked to a path that did not scan).
+    """
+    names = ", ".join(i.name for i in indexes)
+    return Decision(
+        TOPIC, f"pipeline {pipeline.name!r}, operator {label} (push to {source!r})",
+        "incremental",
+        f"incremental: every index it reads ({names}) is held in memory as a probe cache, "
+        "which both paths probe the same way; a recompute would scan nothing",
+        {"operator": label, "source_batch_rows": n, "batch_rows": n, "scanned_rows": 0,
+         "state_rows": sum(i.rows for i in indexes), "incremental_ms": 0.0,
+         "recompute_ms": 0.0, "held_in_memory": True,
+         "scanned_indexes": [i.name for i in indexes]},
+        "recompute")

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     import joinstate
     from joinstate.maintained import Maintained
+    from joinstate.ops.base import OperatorRun
 
 __all__ = ["ApplyReport", "ApplyStrategy", "apply", "apply_batch"]
 
@@ -84,6 +85,8 @@ class ApplyReport:
     phases: Mapping[str, float] = field(default_factory=dict)
     operators: tuple[Decision, ...] = ()
     operator_ms: Mapping[str, float] = field(default_factory=dict)
+    operator_runs: Mapping[str, OperatorRun] = field(default_factory=dict)
+    """A pipeline's every operator that ran: its path, rows in, ms, rows scanned."""
 
     def explain(self) -> str:
         """For a person: path, time, the reason with its figures; per operator for a pipeline."""
@@ -198,4 +201,4 @@ def _apply_pipeline(pipeline: joinstate.Pipeline, source: str, delta: pa.Table |
     scan_ms = sum(run.scan_ms for run in chosen.runs.values())
     phases = {"scan_ms": scan_ms} if scan_ms else {}
     return ApplyReport(face.value(pipeline, outs), overall, decision, ms, replayed, phases,
-                       tuple(decisions), runs)
+                       tuple(decisions), runs, dict(chosen.runs))

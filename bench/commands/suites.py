@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from bench import live as live_suite
 from bench import population as population_suite
@@ -101,13 +102,19 @@ def _check_failed(message: str) -> int:
               "and --cache-dir apply.")
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="With --queries: queries run at once, one process each.")
+@click.option("--paths", is_flag=True, default=False,
+              help="With --queries: per query and --sizes share (default "
+              "0.0001,0.001,0.01,0.1), one batch applied incrementally, by recompute and "
+              "as the planner chooses, from the same populated state, --repeat times each "
+              "(default 2), each checked and timed beside DuckDB (bench/tpcds_paths.py).")
 @seed_option()
 @workdir_option("Keep the RocksDB directories here (default: a temporary directory).")
 @cache_dir_option()
 def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
           out: Path | None, repeat: int, shards: int, spark_share: float | None,
           streaming: bool, unshared: bool, chunk_rows: int, check: str, queries: str | None,
-          jobs: int, seed: int, workdir: Path | None, cache_dir: Path | None) -> int:
+          jobs: int, paths: bool, seed: int, workdir: Path | None, cache_dir: Path | None
+          ) -> int:
     """TPC-DS query 4 kept live by a pipeline, every answer checked against DuckDB.
 
     The q4 pipeline populated --rounds times per --strategies, the order reversed each
@@ -126,6 +133,13 @@ def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
       joinstate bench tpcds --sf 1 --rounds 1 --repeat 2 --check size --spark  # ./dev tpcds
       joinstate bench tpcds --sf 0.1 --strategies auto --sizes 0.001 --repeat 1
     """
+    if queries is not None and paths:
+        given = click.get_current_context().get_parameter_source
+        return _tpcds_paths(queries, sf, out, seed, workdir, cache_dir, jobs,
+                            sizes if given("sizes") is ParameterSource.COMMANDLINE else None,
+                            repeat if given("repeat") is ParameterSource.COMMANDLINE else None)
+    if paths:
+        raise CliError("--paths needs --queries (which TPC-DS queries to time)")
     if queries is not None:
         return _tpcds_queries(queries, sf, out, seed, workdir, cache_dir, jobs)
     from bench import tpcds_cli
@@ -189,6 +203,51 @@ def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
                          f"population or changed by no batch): "
                          f"{', '.join(f'q{q}' for q in s['vacuous'])}")
         return _check_failed(f": {'; '.join(parts)} (details in {files['markdown']})")
+    return EXIT_OK
+
+
+def _tpcds_paths(queries: str, sf: float, out: Path | None, seed: int,
+                 workdir: Path | None, cache_dir: Path | None, jobs: int, sizes: str | None,
+                 repeat: int | None) -> int:
+    """``tpcds --queries --paths``: bench.tpcds_paths over the named queries."""
+    from bench import tpcds_all, tpcds_paths
+
+    try:
+        numbers = tpcds_all.parse_queries(queries)
+    except tpcds_all.QueryArgumentError as e:
+        raise CliError(str(e)) from None
+    if jobs < 1:
+        raise CliError(f"--jobs {jobs}: give at least 1")
+    size_list = _floats(sizes, "--sizes") if sizes is not None else tpcds_paths.DEFAULT_SIZES
+    bad = [x for x in size_list if not 0 < x <= 1]
+    if bad:
+        raise CliError(f"--sizes {sizes}: {bad[0]:g} is not a share of a table; give shares "
+                       "in (0, 1], e.g. 0.0001,0.001,0.01,0.1")
+    if repeat is not None and repeat < 1:
+        raise CliError(f"--repeat {repeat}: give at least 1")
+    out_dir = out if out is not None else RESULTS / f"tpcds-paths-sf{sf:g}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / "paths.partial.jsonl"
+    partial.unlink(missing_ok=True)
+    err = rich_console(stderr=True)
+    results = tpcds_paths.run(
+        numbers, sf, sizes=size_list, seed=seed, repeat=repeat or tpcds_paths.REPEAT,
+        workdir=workdir, cache_dir=cache_dir, jobs=jobs, partial=partial,
+        say=lambda line: err.print(line, soft_wrap=True, markup=False))
+    files = tpcds_paths.write_report(results, out_dir)
+    s = results["summary"]
+    click.echo(f"report: {files['markdown']} ({files['json'].name} beside it); "
+               f"{results['seconds']:.0f} s")
+    click.echo(f"{s['ran']} of {s['queries']} ran; choice within {tpcds_paths.TARGET}x of "
+               f"the faster path at every size: {s['within_target_by_plan']} by plan, "
+               f"{s['within_target_measured']} measured; smallest batch faster than DuckDB: "
+               f"{s['smallest_beats_duckdb']}")
+    if not results["ok"]:
+        bad_q = s["failed"] + s["errors"] + s["vacuous"]
+        return _check_failed(f": {len(bad_q)} queries differ from DuckDB, failed to run or "
+                             f"were vacuous (empty, or unchanged by every batch): "
+                             f"{', '.join(f'q{q}' for q in bad_q)} (details in "
+                             f"{files['markdown']})")
     return EXIT_OK
 
 

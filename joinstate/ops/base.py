@@ -68,7 +68,10 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 class OperatorRun:
     """What one operator did in one push: its path, the rows it got, what it read, ms.
 
-    ``rows_in``: rows of its inputs' change sets (with multiplicity); ``scanned_rows``
+    ``rows_in``: rows of its inputs' change sets (with multiplicity); ``rows_out``: rows
+    of its output's (with multiplicity: a join's partner rows show here); ``keys`` and
+    ``found``: distinct keys it looked up in indexes and the entries those lookups
+    returned (either path: what a per-key read pays for); ``scanned_rows``
     and ``scan_ms``: rows its recompute path read by whole-index scans and the time
     spent reading them (0 on the incremental path); ``ms``: its whole push.
     """
@@ -76,6 +79,9 @@ class OperatorRun:
     strategy: str
     rows_in: int
     ms: float = 0.0
+    rows_out: int = 0
+    keys: int = 0
+    found: int = 0
     scanned_rows: int = 0
     scan_ms: float = 0.0
 
@@ -151,7 +157,10 @@ class PushContext:
         run = self._run = OperatorRun(self.strategies.choice(label), rows_in)
         t0 = time.perf_counter()
         try:
-            return op.push(ins, self)
+            out = op.push(ins, self)
+            if out is not None:
+                run.rows_out = int(np.abs(out[1]).sum())
+            return out
         finally:
             run.ms = (time.perf_counter() - t0) * 1e3
             self.strategies.runs[label] = run
@@ -170,13 +179,19 @@ class PushContext:
         already holding its probe cache is probed there (nothing to scan).  The same
         entries either way: one per distinct stored row, weights summed.
         """
+        run = self._run
+        if run is not None:
+            run.keys += len(qhash)
         if not self.recomputes(op) or index.cache is not None or not len(qhash):
-            return index.probe(qcanon, qhash)
-        t0 = time.perf_counter()
-        found = scan_probe(index, qcanon)
-        if self._run is not None:
-            self._run.scanned_rows += index.rows
-            self._run.scan_ms += (time.perf_counter() - t0) * 1e3
+            found = index.probe(qcanon, qhash)
+        else:
+            t0 = time.perf_counter()
+            found = scan_probe(index, qcanon)
+            if run is not None:
+                run.scanned_rows += index.rows
+                run.scan_ms += (time.perf_counter() - t0) * 1e3
+        if run is not None:
+            run.found += len(found.w)
         return found
 
     def index(self, plan: IndexPlan) -> Index:

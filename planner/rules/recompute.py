@@ -31,9 +31,12 @@ A pipeline is decided per operator (``planner.batch.decide_operators``): each op
 whose reads grow with the change (a join, a ``join_all``, a window) is one subject, with
 ``B`` the rows expected to reach it (the source batch's rows times the fan-out measured on
 earlier batches, else estimated from the index counters), ``N`` the rows of the indexes
-its recompute path scans, its own recorded runs, and the ``OPERATOR_*`` defaults (a
-pipeline operator's time holds its reads and computation, not the writes, which both
-paths stage alike).
+its recompute path scans (an index held in a probe cache is not scanned: over cached
+indexes both paths read alike and the operator stays incremental), its own recorded
+runs, and the ``OPERATOR_*`` defaults (a pipeline operator's time holds its reads and
+computation, not the writes, which both paths stage alike; a window's recompute path
+re-evaluates the touched partitions as the incremental one does, so its per-row work is
+costed alike: :data:`OPERATOR_WINDOW_BATCH_US`).
 
 Defaults, calibrated by ``python -m bench recompute`` on TPC-DS SF1 customer ⋈
 store_sales (100k x 2.88M rows, default store options, one run on the 2-core
@@ -74,6 +77,7 @@ __all__ = [
     "OPERATOR_BATCH_US",
     "OPERATOR_INCREMENTAL_US",
     "OPERATOR_SCAN_US",
+    "OPERATOR_WINDOW_BATCH_US",
     "RECOMPUTE_BATCH_US",
     "RECOMPUTE_FIXED_MS",
     "RECOMPUTE_SCAN_US",
@@ -108,8 +112,19 @@ OPERATOR_SCAN_US = 2.0
 row, encode its key, one hash lookup (q4 at SF0.1 on the 2-core development VM, shared
 with other work at a load of ~15: 0.6-4 µs per row, median ~1.8)."""
 OPERATOR_BATCH_US = 1.0
-"""Default µs per row reaching a pipeline operator on its recompute path: its vectorised
-work (probing the build side, the join rule or the window functions)."""
+"""Default µs per row reaching a join or ``join_all`` on its recompute path: its
+vectorised work (probing the build side, the join rule)."""
+OPERATOR_WINDOW_BATCH_US = OPERATOR_INCREMENTAL_US
+"""Default µs per row reaching a window on its recompute path: the same as incremental.
+
+Both paths re-evaluate every touched partition whole (sort it, compute the window
+functions, diff the outputs); the recompute path only reads the partitions by one scan
+instead of by key, so its per-row work is the incremental path's and the scan comes on
+top.  Measured on TPC-DS q47 at SF1 (a 0.01% batch, ~98k rows reaching the window):
+incremental 500 ms, recompute 803 ms of which ~130 ms scanning 54k rows, where a batch
+term of 1 µs/row had estimated the recompute at 191 ms and chosen it; q67 at SF0.1: the
+recompute's work beside its scan ~9 µs per row against ~11 µs for the whole incremental
+run."""
 MARGIN = 0.2
 """Recompute must be estimated at least this fraction cheaper to be chosen.
 
