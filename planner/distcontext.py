@@ -33,11 +33,14 @@ class DistributionSettings:
     has at most ``max(replicate_rows, replicate_share * the largest source's rows)`` rows
     (a million rows of a dimension cost well under a second to load on each shard, and
     5% of the largest input is small beside what it keeps from moving).
+    ``partial_aggregates``: an exact aggregate whose input must move is summed where
+    its input lies first (:mod:`planner.rules.partition_partial`).
     """
 
     shards: int
     replicate_rows: int = 1_000_000
     replicate_share: float = 0.05
+    partial_aggregates: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:

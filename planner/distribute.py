@@ -27,6 +27,12 @@ rule                        decides
 ``partition_stages``        the stage of every operator: the fewest exchanges on any path
 ==========================  ===================================================================
 
+Before them, as a rewrite of the graph: an exact aggregate (counts, sums of integers or
+decimals) whose input would be exchanged is split into a partial aggregate where its
+input lies and a final one over the partial sums (:mod:`planner.rules.partition_partial`,
+decisions of topic ``partial``, replayed by :func:`from_decisions`); the graph so
+rewritten is planned afresh, and its node labels are what the plan shows.
+
 A *stage* is a set of operators with no exchange between them; it runs as one task per
 shard.  Its inputs are source deliveries (rows routed from the change itself) and
 exchanges (rows an earlier stage sent), its outputs exchanges to later stages and the
@@ -46,6 +52,7 @@ own.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +67,8 @@ from planner.partitioning import (
     route,
 )
 from planner.rules._text import rows as fmt_rows
+from planner.rules.partition_partial import TOPIC as PARTIAL
+from planner.rules.partition_partial import candidates, split_graph, splits_of
 from planner.stagegraph import Delivery, Exchange, Stage, build_stages
 
 if TYPE_CHECKING:
@@ -189,6 +198,14 @@ class DistributedPlan:
                 if rep is not None and self.shards > 1:
                     sub.append(f"not copied: {rep.reason}")
             lines += _tree([(head, sub)], last=i == len(names) - 1)
+        partial = [d for d in self.decisions if d.topic == PARTIAL]
+        if partial:
+            lines.append("aggregates summed where their input lies before it moves "
+                         "(labels below are of the rewritten graph)")
+            for i, split in enumerate(partial):
+                lines += _tree([(f"{split.subject} of the definition: by its group key and "
+                                 f"{', '.join(split.choice)}, then the partial sums",
+                                 [split.reason])], last=i == len(partial) - 1)
         for st in self.stages:
             items: list[tuple[str, list[str]]] = []
             for dl in st.deliveries:
@@ -276,16 +293,28 @@ def plan_distribution(graph: Graph, stats: Mapping[str, SourceStats] | None = No
     """
     settings = settings or DistributionSettings(shards)
     if settings.shards != shards:
-        settings = DistributionSettings(shards, settings.replicate_rows,
-                                        settings.replicate_share)
+        settings = dataclasses.replace(settings, shards=shards)
     stats = dict(stats or {})
     unknown = sorted(set(stats) - set(graph.sources))
     if unknown:
         raise PlannerError(f"statistics name source(s) {unknown} the graph does not have "
                            f"(sources: {list(graph.sources)})")
-    ctx = DistributionContext(name, GraphFacts.of(graph, stats), settings, dict(given or {}))
-    for rule in RULES if rules is None else rules:
-        ctx = ctx.with_decisions(rule.apply(ctx))
+
+    def decide(g: Graph) -> DistributionContext:
+        ctx = DistributionContext(name, GraphFacts.of(g, stats), settings, dict(given or {}))
+        for rule in RULES if rules is None else rules:
+            ctx = ctx.with_decisions(rule.apply(ctx))
+        return ctx
+
+    ctx = decide(graph)
+    split = settings.partial_aggregates and shards > 1 and rules is None
+    partial = candidates(ctx.derivation) if split else []
+    if partial:
+        # The graph with those aggregates split, planned afresh; the splits are recorded
+        # first, so that from_decisions rewrites the graph the same way.
+        ctx = decide(split_graph(graph, splits_of(partial)))
+        ctx = DistributionContext(ctx.name, ctx.facts, ctx.settings, ctx.given,
+                                  (*partial, *ctx.decisions))
     return build(ctx)
 
 
@@ -302,6 +331,7 @@ def from_decisions(graph: Graph, decisions: Iterable[Mapping[str, Any]], *, shar
     recorded = tuple(Decision(d["topic"], d["subject"], d["choice"], d["reason"],
                               dict(d.get("figures") or {}), d.get("rule", ""))
                      for d in decisions)
+    graph = split_graph(graph, splits_of(recorded))
     ctx = DistributionContext(name, GraphFacts.of(graph, dict(stats or {})),
                               DistributionSettings(shards), {}, recorded)
     return build(ctx)

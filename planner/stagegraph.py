@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from planner.partitioning import GraphFacts
     from planner.placement import Arrival, Derivation
 
-__all__ = ["Delivery", "Exchange", "Stage", "build_stages"]
+__all__ = ["Delivery", "Exchange", "Stage", "build_stages", "rebuild", "source_stream"]
 
 
 @dataclass(frozen=True)
@@ -336,9 +336,12 @@ class _Builder:
         return g, info
 
 
-def _source(name: str, node: SourceNode) -> Stream:
-    """A delivered source, declared as in the graph."""
+def source_stream(name: str, node: SourceNode) -> Stream:
+    """Source ``node`` as a stream named ``name``, declared as in its graph."""
     return source(name, node.schema, unique_key=node.unique_key, retractions=node.retractions)
+
+
+_source = source_stream
 
 
 def rebuild(n: Node, ins: list[Stream]) -> Stream:

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from planner.distribute import DistributedPlan
 
 __all__ = ["ChangeRef", "OperationSpec", "StageTask", "owes_row", "run_operation",
-           "stage_key"]
+           "stage_key", "stage_tasks"]
 
 Record = tuple[int, tuple[Any, ...]]
 
@@ -142,6 +142,17 @@ class ChangeRef:
     def sources(self) -> tuple[str, ...]:
         """The sources the change touches."""
         return (*self.tables, *self.files)
+
+    def only(self, sources: Iterable[str]) -> ChangeRef:
+        """The part of this change that is of ``sources`` (what one stage reads).
+
+        Each stage's tasks carry their own change in their closure, so a stage that
+        reads no source of the change (one fed by exchanges only) ships none of it.
+        """
+        keep = set(sources)
+        return ChangeRef(tables={s: b for s, b in self.tables.items() if s in keep},
+                         files={s: f for s, f in self.files.items() if s in keep},
+                         rows={s: n for s, n in self.rows.items() if s in keep})
 
     def pieces(self, plan: DistributedPlan, stage: int, shard: int, source: str,
                batch_rows: int) -> Iterator[tuple[str, pa.Table]]:
@@ -477,6 +488,20 @@ class OperationResult:
         return out
 
 
+def stage_tasks(plan: DistributedPlan, ref: PlanRef, spec: OperationSpec,
+                storage: ShardStorage, options: dict[str, Any] | None, change: ChangeRef
+                ) -> list[StageTask]:
+    """The task function of every stage of one operation, in stage order.
+
+    Each carries only the part of the change its stage reads (:meth:`ChangeRef.only`):
+    Spark pickles a stage's function into every task of it (and broadcasts it when it
+    is large), so a stage fed by exchanges alone ships no change rows.
+    """
+    return [StageTask(ref, k, storage, options, spec,
+                      change.only(d.source for d in st.deliveries))
+            for k, st in enumerate(plan.stages)]
+
+
 def run_operation(spark: SparkSession, plan: DistributedPlan, ref: PlanRef,
                   spec: OperationSpec, storage: ShardStorage, options: dict[str, Any] | None,
                   change: ChangeRef) -> OperationResult:
@@ -489,14 +514,13 @@ def run_operation(spark: SparkSession, plan: DistributedPlan, ref: PlanRef,
     n = plan.shards
     seeds: list[Record] = [(i, ("seed",)) for i in range(n)]
     rdd: Any = sc.parallelize(seeds, n)
-    for k in range(len(plan.stages)):
+    for k, task in enumerate(stage_tasks(plan, ref, spec, storage, options, change)):
         if k:
             rdd = rdd.partitionBy(n, _identity)
         # Not preservesPartitioning: a stage's records are keyed by the shard that reads
         # them, not by the shard that wrote them, and PySpark's partitionBy returns an RDD
         # that claims its partitioner unchanged (the next stage's records unrouted).
-        rdd = rdd.mapPartitionsWithIndex(
-            StageTask(ref, k, storage, options, spec, change), preservesPartitioning=False)
+        rdd = rdd.mapPartitionsWithIndex(task, preservesPartitioning=False)
     t0 = time.perf_counter()
     try:
         records: list[Record] = rdd.collect()

@@ -16,7 +16,9 @@
 (:func:`planner.distribute.plan_distribution`, ``explain()`` prints every choice with
 its reason): small sources copied to every shard where every consumer takes a copy,
 the others hashed by the key their first consumer wants (look-ahead), exchanges only
-where an operator's rows must meet on another key.  The plan is fixed by the first
+where an operator's rows must meet on another key, and an exact aggregate (counts,
+sums of integers or decimals) whose input must move summed where its input lies first
+(:mod:`planner.rules.partition_partial`).  The plan is fixed by the first
 operation (a population plans with the row counts of its sources) and recorded in the
 manifest as its decisions, so the state directory is always read with the plan that
 wrote it.
@@ -423,9 +425,8 @@ class SparkPipeline:
                 raise SchemaMismatchError(msg)
         else:
             given_changes = {source: args.check_dataframe(changes, "changes")}
-        rows = {s: self._conform(s, args.check_dataframe(df, f"changes[{s!r}]"))
+        rows = {s: self._checked(s, args.check_dataframe(df, f"changes[{s!r}]"))
                 for s, df in given_changes.items()}
-        raw = {s: df for s, df in given_changes.items()}
         op = args.check_op_id(op_id, "op_id") or operation_id("apply")
         self.last_timings = {}
         call = (f"apply({next(iter(rows))!r}, <the same changes>, op_id={op!r})"
@@ -435,8 +436,7 @@ class SparkPipeline:
             self._resolve()
             out_dir, created = open_output_dir(self._outputs, self._owner, op, "apply")
             try:
-                result = self._operate(rows, op, "apply", out_dir, f"spark-apply:{op}",
-                                       raw=raw)
+                result = self._operate(rows, op, "apply", out_dir, f"spark-apply:{op}")
             except BaseException as exc:
                 if created:
                     with contextlib.suppress(OSError, pa.ArrowException):
@@ -497,7 +497,7 @@ class SparkPipeline:
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
             self.last_timings = {}
-            rows = self._conform(source, args.check_dataframe(batch_df, "batch_df"))
+            rows = self._checked(source, args.check_dataframe(batch_df, "batch_df"))
             t0 = time.perf_counter()
             op = f"stream-{sid}-{batch_id}"
             with self._ops.hold():
@@ -507,8 +507,7 @@ class SparkPipeline:
                 try:
                     result = self._operate({source: rows}, op, "micro-batch", work,
                                            f"{prefix}{batch_id}",
-                                           forget=(prefix, batch_id - retain + 1),
-                                           raw={source: batch_df})
+                                           forget=(prefix, batch_id - retain + 1))
                     for o in self.outputs:
                         target = base.child(f"{o}/batch_id={batch_id}")
                         target.remove()
@@ -528,14 +527,16 @@ class SparkPipeline:
     # ---- the operation ----------------------------------------------------------------------
 
     def _operate(self, rows: Mapping[str, DataFrame], op: str, kind: str, out_dir: OutputDir,
-                 commit_base: str, *, forget: tuple[str, int] | None = None,
-                 raw: Mapping[str, DataFrame] | None = None) -> OperationResult:
+                 commit_base: str, *, forget: tuple[str, int] | None = None
+                 ) -> OperationResult:
         """One change (one or several sources) through every stage, as one Spark job.
 
-        The change is evaluated once and its digest recorded before the job: a small
-        scan of Parquet files (``raw``, the DataFrames as given) is read by the driver
-        itself (:func:`spark_io.operation.read_change`), anything else through Spark
-        (:func:`spark_io.operation.collect_change`).  A committed ``op`` is replayed; on
+        ``rows``: each source's change as the caller gave it, its column types checked
+        (:meth:`_checked`).  The change is evaluated once and its digest recorded before
+        the job: a small scan of Parquet files is read by the driver itself
+        (:func:`spark_io.operation.read_change`), anything else through Spark, projected
+        to the source's columns and ``_weight`` (:meth:`_conform`,
+        :func:`spark_io.operation.collect_change`).  A committed ``op`` is replayed; on
         failure every store is rolled back.
         """
         spills: list[OutputDir] = []
@@ -549,11 +550,10 @@ class SparkPipeline:
                 spill = self._outputs.child(f"_change-{op}-{uuid.uuid4().hex[:8]}")
                 spills.append(spill)
                 schema = self.graph.source_schema(s)
-                change = None if raw is None else read_change(raw[s], schema, s,
-                                                              f"source {s!r}")
+                change = read_change(rows[s], schema, s, f"source {s!r}")
                 if change is None:
-                    change = collect_change(rows[s], schema, s, f"source {s!r}", spill,
-                                            run_job)
+                    change = collect_change(self._conform(s, rows[s]), schema, s,
+                                            f"source {s!r}", spill, run_job)
                 parts.append(f"{s}={change.digest}")
                 counts[s] = change.rows
                 if change.table is not None:
@@ -654,12 +654,24 @@ class SparkPipeline:
     def _storage(self) -> ShardStorage:
         return self._manifest.storage(self.state_dir, self.local_dir, self.keep_checkpoints)
 
-    def _conform(self, source: str, changes: DataFrame) -> DataFrame:
-        """``source``'s columns (checked castable) and ``_weight`` as a long."""
+    def _checked(self, source: str, changes: DataFrame) -> DataFrame:
+        """``changes`` unchanged, once its columns are checked castable to ``source``'s.
+
+        Only the schema is read here.  The projection :meth:`_conform` builds costs a
+        py4j call per column and an analysis of the plan in the JVM (0.1-0.4 s for the
+        five q4 sources of one operation), so it is built only for a change Spark must
+        evaluate, not for the small Parquet scan the driver reads itself.
+        """
         schema = self.graph.source_schema(source)  # raises naming the sources
         have = {f.name: arrow_type(f.dataType, f.name) for f in changes.schema.fields}
         check_column_types(schema, have, f"source {source!r}")
-        weight = (F.col(WEIGHT).cast("long") if WEIGHT in have
+        return changes
+
+    def _conform(self, source: str, changes: DataFrame) -> DataFrame:
+        """``source``'s columns (checked castable) and ``_weight`` as a long."""
+        schema = self.graph.source_schema(source)
+        self._checked(source, changes)
+        weight = (F.col(WEIGHT).cast("long") if WEIGHT in changes.columns
                   else F.lit(1).cast("long")).alias(WEIGHT)
         return changes.select(*[F.col(n) for n in schema.names], weight)
 

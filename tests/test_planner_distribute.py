@@ -133,8 +133,9 @@ def test_fact_dim_dim_group_by_a_dimension_column_exchanges_once() -> None:
     assert len(plan.stages) == 2
     (x,) = plan.exchanges.values()
     assert x.partitioning is not None and x.partitioning.describe() == "hash(s_city, d_year)"
-    assert x.columns == ("f_amount", "s_city", "d_year")  # only what the aggregate reads
-    assert stage_nodes(plan) == [["join3", "join4"], ["agg5"]]
+    # summed where the joined rows lie first (agg5), then only the partial sums move
+    assert x.columns == ("s_city", "d_year", "total")
+    assert stage_nodes(plan) == [["join3", "join4", "agg5"], ["agg6"]]
 
 
 def test_unknown_sizes_are_never_copied() -> None:
@@ -346,14 +347,15 @@ def test_a_view_that_cannot_be_co_partitioned_keeps_its_stages() -> None:
     per_y = a.join(b, on=("x", "x2")).group_by(["y", "z"]).aggregate(n=("count", None))
     q = per_y.join(c, on=("z", "w"))
     plan = plan_distribution(jg.Graph().output("q", q), {}, shards=2)
-    # join on x, group by (y, z) -- exchanged by z, which the next join wants -- join on z
-    assert stage_nodes(plan) == [["join3"], ["agg4", "join5"]]
+    # join on x, group by (y, z) -- counted by (y, z, x) where the join lies, exchanged by
+    # z, which the next join wants, counts summed -- join on z
+    assert stage_nodes(plan) == [["join3", "agg4"], ["agg5", "join6"]]
     (x,) = plan.exchanges.values()
     assert x.partitioning is not None and x.partitioning.describe() == "hash(z)"
     assert plan.sources["c"].describe() == "hash(w)"
     per_y2 = per_y.group_by("n").aggregate(m=("count", None))
     plan = plan_distribution(jg.Graph().output("q", per_y2), {}, shards=2)
-    assert stage_nodes(plan) == [["join2"], ["agg3"], ["agg4"]]
+    assert stage_nodes(plan) == [["join2", "agg3"], ["agg4"], ["agg5"]]
 
 
 def test_key_lineage_in_its_sound_direction() -> None:
@@ -442,9 +444,9 @@ def test_q4_is_two_stages() -> None:
     assert plan.sources["catalog_sales"].describe() == "hash(cs_bill_customer_sk)"
     assert plan.sources["web_sales"].describe() == "hash(ws_bill_customer_sk)"
     assert len(plan.stages) == 2
-    assert stage_nodes(plan) == [
-        ["join3", "join4", "join8", "join9", "join13", "join14"],
-        ["agg5", "agg10", "agg15", "union17", "joinall30"]]
+    assert stage_nodes(plan) == [  # each aggregate summed where its joined rows lie first
+        ["join3", "join4", "agg5", "join9", "join10", "agg11", "join15", "join16", "agg17"],
+        ["agg6", "agg12", "agg18", "union20", "joinall33"]]
     assert {x.partitioning.describe() for x in plan.exchanges.values()  # type: ignore[union-attr]
             } == {"hash(c_customer_id)"}
     assert plan.outputs == {"year_total": 1, "q4": 1}
