@@ -107,6 +107,7 @@ def test_by_plan_composes_each_source_from_the_same_plan() -> None:
     assert s.by_plan() == pytest.approx(3.5)
 
 
+@pytest.mark.slow
 def test_paths_cli_report(tmp_path: Path) -> None:
     out = tmp_path / "out"
     res = cli_runner.run("bench", "tpcds", "--queries", "96", "--sf", SF, "--paths",
@@ -116,6 +117,7 @@ def test_paths_cli_report(tmp_path: Path) -> None:
     assert "| q96 |" in md and "1 of 1 ran" in res.output
 
 
+@pytest.mark.slow
 def test_paths_vacuous_query_fails(base: dict[str, pa.Table], tmp_path: Path) -> None:
     # q3's answer is empty at SF0.01 (its seed is kept for SF0.1): timed, but it proves
     # nothing, so it must not pass as checked
