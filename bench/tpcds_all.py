@@ -75,7 +75,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCHES", "DEFAULT_SHARE", "FACTS", "TABLES", "Batch", "Changes", "Oracle",
-    "QueryArgumentError", "QueryResult", "candidate_queries", "check_view", "environment",
+    "QueryArgumentError", "QueryResult", "candidate_queries", "check_view", "compile_query",
+    "environment", "query_sources",
     "is_trivial", "load_tables", "parse_queries", "plain", "prepare_changes", "run",
     "run_query", "same_answer", "unordered", "valid_batch", "write_report",
 ]
@@ -646,31 +647,57 @@ def same_answer(a: pa.Table, b: pa.Table) -> bool:
     return a.num_rows == b.num_rows and bool(compare(a, b)["ok"])
 
 
+def query_sources(base: Mapping[str, pa.Table]) -> dict[str, Any]:
+    """Every TPC-DS table as a compiler source.
+
+    A dimension's first column, its surrogate key, is declared unique; fact tables have
+    no declared key.
+    """
+    from planner.sql import Source
+
+    return {t: Source(plain(base[t]).schema, None if t in FACTS else base[t].schema.names[0])
+            for t in TABLES}
+
+
+def compile_query(n: int, base: Mapping[str, pa.Table], store: Any
+                  ) -> tuple[Any, list[str]] | str:
+    """TPC-DS query ``n`` compiled into ``store``: (pipeline, ORDER BY columns).
+
+    Every table is a source (:func:`query_sources`); a refusal is returned as its first
+    line instead.
+    """
+    from planner.sql import SQLError, UnsupportedSQLError, compile, plan
+
+    sql, name = tpcds.query(n), f"q{n}"
+    srcs = query_sources(base)
+    try:
+        p = compile(sql, srcs, store=store, name=name)
+        return p, [o.column for o in plan(sql, srcs, name=name).order_by]
+    except (UnsupportedSQLError, SQLError) as e:
+        return str(e).splitlines()[0]
+
+
 def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int = 0,
               share: float = DEFAULT_SHARE,
               step: Callable[[str], None] | None = None) -> QueryResult:
     """Compile, populate, change and check TPC-DS query ``n`` (see the module docstring)."""
     import joinstate
     import population
-    from planner.sql import Source, SQLError, UnsupportedSQLError, compile, plan
 
     res = QueryResult(n)
     t_start = time.perf_counter()
     say = step or (lambda _: None)
     sql = tpcds.query(n)
     name = f"q{n}"
-    srcs = {t: Source(plain(base[t]).schema, None if t in FACTS else base[t].schema.names[0])
-            for t in TABLES}
     store_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
     try:
         say("compile")
         with joinstate.StateStore(store_dir / "state") as store:
-            try:
-                p = compile(sql, srcs, store=store, name=name)
-                order = [o.column for o in plan(sql, srcs, name=name).order_by]
-            except (UnsupportedSQLError, SQLError) as e:
-                res.status, res.reason = "refused", str(e).splitlines()[0]
+            compiled = compile_query(n, base, store)
+            if isinstance(compiled, str):
+                res.status, res.reason = "refused", compiled
                 return res
+            p, order = compiled
             sources = sorted(p.sources)
             res.sources = sources
             say("candidates")

@@ -69,8 +69,10 @@ from bench.tpcds_all import (
     Oracle,
     QueryResult,
     check_view,
+    compile_query,
     plain,
     prepare_changes,
+    query_sources,
     unordered,
     valid_batch,
 )
@@ -312,27 +314,24 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *,
     """Populate query ``n`` once; per size, one batch applied each of the :data:`WAYS`."""
     import joinstate
     import population
-    from planner.sql import Source, SQLError, UnsupportedSQLError, compile, plan
 
     res = PathsResult(n)
     t_start = time.perf_counter()
     say = step or (lambda _: None)
     sql = tpcds.query(n)
     name = f"q{n}"
-    srcs = {t: Source(plain(base[t]).schema, None if t in FACTS else base[t].schema.names[0])
-            for t in TABLES}
+    srcs = query_sources(base)
     work = Path(tempfile.mkdtemp(prefix=f"{name}-paths-", dir=workdir))
     base_dir = work / "populated"
     try:
         say("compile")
         integrated = Integrated()
         with joinstate.StateStore(base_dir) as store:
-            try:
-                p = compile(sql, srcs, store=store, name=name)
-                order = [o.column for o in plan(sql, srcs, name=name).order_by]
-            except (UnsupportedSQLError, SQLError) as e:
-                res.status, res.reason = "refused", str(e).splitlines()[0]
+            compiled = compile_query(n, base, store)
+            if isinstance(compiled, str):
+                res.status, res.reason = "refused", compiled
                 return res
+            p, order = compiled
             res.sources = sorted(p.sources)
             say("candidates")
             scratch = QueryResult(n)

@@ -171,9 +171,8 @@ def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
     return EXIT_OK
 
 
-def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
-                   workdir: Path | None, cache_dir: Path | None, jobs: int) -> int:
-    """``tpcds --queries``: bench.tpcds_all over the named queries, report and exit status."""
+def _query_numbers(queries: str, jobs: int) -> list[int]:
+    """The query numbers ``--queries`` names, with ``--jobs`` checked (CliError names either)."""
     from bench import tpcds_all
 
     try:
@@ -182,6 +181,15 @@ def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
         raise CliError(str(e)) from None
     if jobs < 1:
         raise CliError(f"--jobs {jobs}: give at least 1")
+    return numbers
+
+
+def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
+                   workdir: Path | None, cache_dir: Path | None, jobs: int) -> int:
+    """``tpcds --queries``: bench.tpcds_all over the named queries, report and exit status."""
+    from bench import tpcds_all
+
+    numbers = _query_numbers(queries, jobs)
     out_dir = out if out is not None else RESULTS / f"tpcds-queries-sf{sf:g}"
     err = rich_console(stderr=True)
     results = tpcds_all.run(
@@ -210,14 +218,9 @@ def _tpcds_paths(queries: str, sf: float, out: Path | None, seed: int,
                  workdir: Path | None, cache_dir: Path | None, jobs: int, sizes: str | None,
                  repeat: int | None) -> int:
     """``tpcds --queries --paths``: bench.tpcds_paths over the named queries."""
-    from bench import tpcds_all, tpcds_paths
+    from bench import tpcds_paths
 
-    try:
-        numbers = tpcds_all.parse_queries(queries)
-    except tpcds_all.QueryArgumentError as e:
-        raise CliError(str(e)) from None
-    if jobs < 1:
-        raise CliError(f"--jobs {jobs}: give at least 1")
+    numbers = _query_numbers(queries, jobs)
     size_list = _floats(sizes, "--sizes") if sizes is not None else tpcds_paths.DEFAULT_SIZES
     bad = [x for x in size_list if not 0 < x <= 1]
     if bad:
