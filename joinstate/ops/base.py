@@ -257,6 +257,7 @@ class OperatorBase(abc.ABC):
         self.columns: list[str] = plan.columns[node.id]
         self.schema: pa.Schema = plan.schemas[node.id]
         self._codec: RowCodec | None = None
+        self._input_codecs: dict[int, RowCodec] = {}
 
     def reads(self) -> list[IndexPlan]:
         """No index."""
@@ -303,6 +304,32 @@ class OperatorBase(abc.ABC):
         enc = self._codec.encode(table)
         return consolidate(row_hash(enc), enc, w,
                            f"{self.node.label}: the summed weight of a row")
+
+    def cancelled(self, ins: list[Delta | None]) -> list[Delta | None]:
+        """``ins`` with each change that both retracts and inserts consolidated.
+
+        A dimension row rewritten in a column that a filter keeps true and a projection
+        then drops arrives as ``-X, +X``: consolidated, it is nothing, where probed it
+        would fan out to every matching row of the other side twice (a date touches
+        thousands of sales).  A change that only inserts (a population) or only retracts
+        cannot cancel and is passed as it is, unhashed.
+        """
+        out: list[Delta | None] = []
+        for pos, d in enumerate(ins):
+            if d is None or len(d[1]) < 2 or not ((d[1] < 0).any() and (d[1] > 0).any()):
+                out.append(d)
+                continue
+            table, w = d
+            codec = self._input_codecs.get(pos)
+            if codec is None:
+                codec = self._input_codecs[pos] = RowCodec(
+                    self.plan.schemas[self.node.inputs[pos].id])
+            enc = codec.encode(table)
+            idx, sums = consolidate(row_hash(enc), enc, w,
+                                    f"{self.node.label}: the summed weight of an input row")
+            out.append(None if not len(sums) else
+                       (d if len(sums) == len(w) else (table.take(pa.array(idx)), sums)))
+        return out
 
     def consolidated(self, parts: list[Delta]) -> Delta | None:
         """The non-empty ``parts`` concatenated and consolidated (None if nothing is left)."""

@@ -60,7 +60,14 @@ class JoinOp(KeyedOperator):
         return super().scanned_indexes(indexes, changed)
 
     def push(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
-        """ΔS ⋈ O for an inner join with one changed input, else a recomputation."""
+        """ΔS ⋈ O for an inner join with one changed input, else a recomputation.
+
+        A change that cancels out (``-X, +X``) is consolidated first: it changes nothing,
+        and probed it would fan out.
+        """
+        ins = self.cancelled(ins)
+        if all(d is None for d in ins):
+            return None
         if self.node.how == "inner" and sum(d is not None for d in ins) == 1:
             return self.one_side(ins, ctx)
         return self.recompute(ins, ctx)

@@ -29,8 +29,8 @@ class JoinAllOp(KeyedOperator):
     node: JoinAllNode
 
     def push(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
-        """The delta join of this push's changed keys."""
-        both = self.old_and_new(self.keyed(ins), ctx)
+        """The delta join of this push's changed keys (a change that cancels out, none)."""
+        both = self.old_and_new(self.keyed(self.cancelled(ins)), ctx)
         if both is None:
             return None
         olds, news, g = both
