@@ -123,6 +123,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow  # starts a second Spark (its own JVM) in a subprocess: ~12 s
 def test_executors_without_joinstate_fail_before_any_job(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     python = _python_without_joinstate(tmp_path)
