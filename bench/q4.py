@@ -121,6 +121,10 @@ SCHEMAS = {n: pa.schema([(c, _type(c)) for c in cols]) for n, cols in TABLES.ite
 """The sources' schemas, fixed here so a pipeline can be built before any data is read;
 :func:`load` checks the Parquet files against them."""
 UNIQUE_KEYS = {"customer": ["c_customer_sk"], "date_dim": ["d_date_sk"]}
+ALSO_UNIQUE = {"customer": [("c_customer_id",)]}
+"""Further unique keys, verified by the pipeline: TPC-DS makes ``c_customer_id`` unique in
+``customer`` (the business key of its surrogate ``c_customer_sk``), which lets a
+distributed plan keep every ``customer_id`` group where its customer's rows lie."""
 POPULATION_ORDER = ("date_dim", "customer", "store_sales", "catalog_sales", "web_sales")
 """Dimensions first: each sale then joins as it arrives instead of waiting in state."""
 LOCATOR = {"customer": "c_customer_sk", "date_dim": "d_date_sk",
@@ -211,15 +215,17 @@ def build_q4(store: joinstate.StateStore, name: str = "q4",
     return joinstate.Pipeline(store, name, define_q4(), share_indexes=share_indexes)
 
 
-def define_q4(retractions: str = "checked") -> joinstate.Graph:
+def define_q4(retractions: str = "checked", *, verified_keys: bool = True) -> joinstate.Graph:
     """q4's graph: its sources, operators and outputs (see :func:`build_q4`).
 
     Spark ships this graph to its tasks; ``joinstate apply --pipeline bench.q4:define_q4``
     attaches it to a store.  ``retractions`` applies to every source (``"unchecked"``:
-    no row records, what ``bench source-check`` compares with).
+    no row records, what ``bench source-check`` compares with).  ``verified_keys``:
+    declare :data:`ALSO_UNIQUE` (verified; on Spark, q4 then runs as one stage).
     """
     customer = joinstate.source("customer", schema=SCHEMAS["customer"],
-                                unique_key=UNIQUE_KEYS["customer"], retractions=retractions)
+                                unique_key=UNIQUE_KEYS["customer"], retractions=retractions,
+                                also_unique=ALSO_UNIQUE["customer"] if verified_keys else ())
     date_dim = joinstate.source("date_dim", schema=SCHEMAS["date_dim"],
                                 unique_key=UNIQUE_KEYS["date_dim"], retractions=retractions)
     branches = [_channel_year_total(ch, joinstate.source(ch.table, schema=SCHEMAS[ch.table],

@@ -52,6 +52,7 @@ from joinstate.nodes import (
     RepeatNode,
     SourceNode,
     UnionNode,
+    UniqueNode,
     WindowNode,
     normalize_how,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "SourceNode",
     "Stream",
     "UnionNode",
+    "UniqueNode",
     "WindowNode",
     "join_all",
     "needed_columns",
@@ -143,7 +145,7 @@ class Graph:
     accepted and checked, and change nothing downstream).
     """
 
-    __slots__ = ("_entries", "_extra", "_needed", "materialized", "nodes", "outputs",
+    __slots__ = ("_entries", "_extra", "_needed", "checks", "materialized", "nodes", "outputs",
                  "sources")
 
     _entries: tuple[Entry, ...]
@@ -157,9 +159,12 @@ class Graph:
     """Output name -> how a materialized output is kept."""
     sources: dict[str, SourceNode]
     """Source name -> its node, in creation order."""
+    checks: tuple[UniqueNode, ...]
+    """The verifications of unique keys: one per key a source declares in
+    ``also_unique`` (and any given as ``checks``), numbered after every other node."""
 
     def __init__(self, outputs: Mapping[str, Stream] | None = None, *,
-                 sources: Iterable[Stream] = ()) -> None:
+                 sources: Iterable[Stream] = (), checks: Iterable[Stream] = ()) -> None:
         entries: list[Entry] = []
         for name, stream in (outputs or {}).items():
             entries.append((validate_name("output", name), as_stream(stream, name).node, None))
@@ -167,7 +172,12 @@ class Graph:
         for n in extra:
             if not isinstance(n, SourceNode):
                 raise SchemaMismatchError(f"Graph(sources=...): {n.describe()} is not a source")
-        self._build(tuple(entries), extra)
+        given = tuple(as_stream(s, "checks").node for s in checks)
+        for n in given:
+            if not isinstance(n, UniqueNode):
+                raise SchemaMismatchError(f"Graph(checks=...): {n.describe()} is not a "
+                                          "unique-key check")
+        self._build(tuple(entries), extra + given)
 
     def _build(self, entries: tuple[Entry, ...], extra: tuple[Node, ...]) -> None:
         names = [e[0] for e in entries]
@@ -192,12 +202,22 @@ class Graph:
                 if seen is None:
                     by_name[n.name] = n
                 elif (seen.schema.equals(n.schema) and seen.unique_key == n.unique_key
-                      and seen.retractions == n.retractions):
+                      and seen.retractions == n.retractions
+                      and seen.also_unique == n.also_unique):
                     alias[id(n)] = seen
                 else:
                     raise SchemaMismatchError(
                         f"two different sources are named {n.name!r}: {seen.describe()} and "
                         f"{n.describe()}; give them different names")
+        # Every declared further unique key is verified: a check per key not given.
+        have = {(id(alias.get(id(c.inputs[0]), c.inputs[0])), c.key)
+                for c in reach.values() if isinstance(c, UniqueNode)}
+        for src in by_name.values():
+            for key in src.also_unique:
+                if (id(src), key) not in have:
+                    check = UniqueNode((src,), src.schema, key=key, source=src.name,
+                                       identity=src.unique_key or tuple(src.schema.names))
+                    reach[id(check)] = check
         numbered: dict[int, Node] = {}
         nodes: list[Node] = []
         for n in _creation_order([n for n in reach.values() if id(n) not in alias], alias):
@@ -217,6 +237,7 @@ class Graph:
             name: replace(m, node=num(m.node)) for name, _, m in entries if m is not None})
         object.__setattr__(self, "sources", {
             n.name: n for n in nodes if isinstance(n, SourceNode)})
+        object.__setattr__(self, "checks", tuple(n for n in nodes if isinstance(n, UniqueNode)))
         object.__setattr__(self, "_needed", _needed(self))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -338,8 +359,8 @@ class Graph:
     def spec(self) -> dict[str, Any]:
         """The JSON-able definition a pipeline stores: nodes, outputs, materialized outputs.
 
-        Only nodes an output depends on are listed (a source no output reads changes
-        nothing downstream), in id order.
+        Only nodes an output or a unique-key check depends on are listed (a source no
+        output reads changes nothing downstream), in id order.
         """
         return {
             "version": SPEC_VERSION,
@@ -376,6 +397,9 @@ class Graph:
                                               else "") + ")"
             lines.append(f"output {name}{how}: {', '.join(node.schema.names)}")
             walk(node, "  ", True)
+        for check in self.checks:
+            lines.append(f"check {check.describe()}")
+            walk(check.inputs[0], "  ", True)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -433,7 +457,8 @@ def needed_columns(graph: Graph) -> dict[int, list[str]]:
 
 def _needed(graph: Graph) -> dict[int, list[str]]:
     need: dict[int, set[str]] = {}
-    for node in [*graph.outputs.values(), *(m.node for m in graph.materialized.values())]:
+    for node in [*graph.outputs.values(), *(m.node for m in graph.materialized.values()),
+                 *graph.checks]:
         need[node.id] = set(node.schema.names)
     for node in reversed(graph.nodes):
         if node.id not in need:

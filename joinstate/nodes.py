@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from joinstate._expr import references
 from joinstate.errors import SchemaMismatchError
+from joinstate.keys import single_plan
 from joinstate.schema import WEIGHT
 
 __all__ = [
@@ -40,10 +41,12 @@ __all__ = [
     "RepeatNode",
     "SourceNode",
     "UnionNode",
+    "UniqueNode",
     "WINDOW_FRAMES",
     "WINDOW_FUNCTIONS",
     "WindowNode",
     "aggregate_type",
+    "also_unique_keys",
     "join_output_schema",
     "normalize_how",
 ]
@@ -125,6 +128,8 @@ class SourceNode(Node):
     retractions: str = "checked"
     """``checked``: a retraction of a row the source does not hold is refused;
     ``unchecked``: trusted, only the indexes check what they hold."""
+    also_unique: tuple[tuple[str, ...], ...] = ()
+    """Further unique keys, each verified by a :class:`UniqueNode` the graph adds."""
     kind: ClassVar[str] = "source"
 
     @property
@@ -133,16 +138,60 @@ class SourceNode(Node):
         return self.name
 
     def params(self) -> dict[str, Any]:
-        """Name, unique key and how retractions are checked."""
-        return {"name": self.name,
-                "unique_key": None if self.unique_key is None else list(self.unique_key),
-                "retractions": self.retractions}
+        """Name, unique key(s) and how retractions are checked.
+
+        ``also_unique`` appears only when declared, so a definition stored before such
+        keys existed still equals the one built now.
+        """
+        out: dict[str, Any] = {
+            "name": self.name,
+            "unique_key": None if self.unique_key is None else list(self.unique_key),
+            "retractions": self.retractions}
+        if self.also_unique:
+            out["also_unique"] = [list(k) for k in self.also_unique]
+        return out
 
     def describe(self) -> str:
-        """``source name (columns; unique key)``."""
+        """``source name (columns; unique key; also unique ...)``."""
         uk = f"; unique {', '.join(self.unique_key)}" if self.unique_key else ""
+        also = "".join(f"; also unique {', '.join(k)}" for k in self.also_unique)
         unchecked = "; retractions unchecked" if self.retractions == "unchecked" else ""
-        return f"source {self.name} ({', '.join(self.schema.names)}{uk}{unchecked})"
+        return f"source {self.name} ({', '.join(self.schema.names)}{uk}{also}{unchecked})"
+
+
+@dataclass(frozen=True, eq=False)
+class UniqueNode(Node):
+    """The verification of a declared unique key ``key`` of source ``source`` (its input).
+
+    Not a stream anything reads: a root of the graph, added for every key a source
+    declares in ``also_unique``.  It keeps, per key value, the identity of the one row
+    holding it (a hash of its ``identity`` columns: the source's primary unique key if
+    it declares one, else every column), and refuses, with
+    :class:`~joinstate.errors.UniqueKeyViolationError` and nothing applied, a push that
+    would leave a second row holding a value, or that retracts a holder it does not
+    keep.  A NULL in the key is refused too: such a key locates its row (the planner
+    relies on that), as a primary key does, unlike SQL's ``UNIQUE`` constraint.
+    Partitioning: its input hashed by ``key``, so that equal values meet on one shard.
+    """
+
+    key: tuple[str, ...] = ()
+    source: str = ""
+    identity: tuple[str, ...] = ()
+    kind: ClassVar[str] = "unique"
+    stateful: ClassVar[bool] = True
+
+    def params(self) -> dict[str, Any]:
+        """The key, the source it belongs to and what identifies a row."""
+        return {"key": list(self.key), "source": self.source, "identity": list(self.identity)}
+
+    def describe(self) -> str:
+        """``uniqueN verifies c_id unique in source s``."""
+        return (f"{self.label} verifies that {', '.join(self.key)} is unique in source "
+                f"{self.source} (no NULL)")
+
+    def input_needs(self, need: set[str]) -> list[set[str]]:
+        """The key and the columns identifying a row."""
+        return [set(self.key) | set(self.identity)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -438,6 +487,45 @@ class WindowNode(Node):
         """
         return bool(self.partition_by) and bool(hash_columns) and \
             set(hash_columns) <= set(self.partition_by)
+
+
+def also_unique_keys(what: str, schema: pa.Schema, unique_key: tuple[str, ...] | None,
+                     keys: object) -> tuple[tuple[str, ...], ...]:
+    """``keys`` (further unique keys of a source) as tuples of column names, checked.
+
+    Each is a column name or a non-empty list of distinct names of ``schema`` whose types
+    a key can hold; none may repeat the primary ``unique_key`` or another.  ``what``
+    names the source in errors.
+    """
+    if isinstance(keys, str) or not isinstance(keys, list | tuple):
+        raise SchemaMismatchError(
+            f"{what}: also_unique={keys!r} must be a list of keys, each a column name or a "
+            "list of column names, e.g. also_unique=[('c_customer_id',)]")
+    out: list[tuple[str, ...]] = []
+    for k in keys:
+        key = (k,) if isinstance(k, str) else tuple(k) if isinstance(k, list | tuple) else ()
+        if not key or not all(isinstance(c, str) for c in key):
+            raise SchemaMismatchError(
+                f"{what}: also_unique key {k!r} must be a column name or a non-empty list "
+                "of column names")
+        for c in key:
+            if c not in schema.names:
+                raise SchemaMismatchError(
+                    f"{what}: also_unique column {c!r} is not in the schema (columns: "
+                    f"{schema.names})")
+        if len(set(key)) != len(key):
+            raise SchemaMismatchError(f"{what}: also_unique key {list(key)} names a column "
+                                      "twice")
+        if set(key) == set(unique_key or ()) or any(set(key) == set(o) for o in out):
+            raise SchemaMismatchError(
+                f"{what}: also_unique key {list(key)} is declared twice (the unique_key or "
+                "another also_unique key already names these columns)")
+        try:
+            single_plan(schema, list(key))
+        except SchemaMismatchError as exc:
+            raise SchemaMismatchError(f"{what}: also_unique key {list(key)}: {exc}") from None
+        out.append(key)
+    return tuple(out)
 
 
 def join_output_schema(left: pa.Schema, right: pa.Schema, how: str,

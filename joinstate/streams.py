@@ -37,6 +37,7 @@ from joinstate.nodes import (
     UnionNode,
     WindowNode,
     aggregate_type,
+    also_unique_keys,
     join_output_schema,
     normalize_how,
 )
@@ -344,7 +345,8 @@ class GroupedStream:
 
 
 def source(name: str, schema: pa.Schema, *, unique_key: Sequence[str] | str | None = None,
-           retractions: str = "checked") -> Stream:
+           retractions: str = "checked",
+           also_unique: Sequence[Sequence[str] | str] = ()) -> Stream:
     """A named input: change sets of ``schema``'s columns are pushed to it.
 
     ``unique_key``: a promise that no two rows share these columns' values; it lets the
@@ -358,6 +360,14 @@ def source(name: str, schema: pa.Schema, *, unique_key: Sequence[str] | str | No
     the record, for a trusted upstream that never retracts a row it did not insert (a
     CDC log keyed by primary key): a bad retraction is then caught only where an index
     holds the rows, and otherwise gives wrong answers.
+
+    ``also_unique``: further unique keys (each a column or a list of columns), verified:
+    the graph checks each with a :class:`~joinstate.nodes.UniqueNode` (a push leaving two
+    rows with one value, or a row with a NULL in the key, is refused with
+    :class:`~joinstate.errors.UniqueKeyViolationError` and applies nothing: a key as a
+    primary key is, ``NOT NULL UNIQUE``).  The planner relies on them (a value locates
+    its row's other columns), e.g. to keep groups by such a key on the shard where the
+    rows lie.
     """
     validate_name("source", name)
     if not isinstance(schema, pa.Schema):
@@ -372,7 +382,9 @@ def source(name: str, schema: pa.Schema, *, unique_key: Sequence[str] | str | No
         uk = (unique_key,) if isinstance(unique_key, str) else tuple(unique_key)
     Side(schema, [schema.names[0]] if len(schema) else ["?"], uk)  # validates both
     check_storable(schema, f"source {name!r}")
-    return Stream(SourceNode((), schema, name=name, unique_key=uk, retractions=retractions))
+    also = also_unique_keys(f"source {name!r}", schema, uk, also_unique)
+    return Stream(SourceNode((), schema, name=name, unique_key=uk, retractions=retractions,
+                             also_unique=also))
 
 
 def join_all(legs: Mapping[str, Stream], on: str | Mapping[str, str]) -> Stream:

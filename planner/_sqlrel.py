@@ -436,7 +436,8 @@ class QueryCompiler:
         s = self.streams.get(spec.name)
         if s is None:
             s = self.streams[spec.name] = joinstate.source(
-                spec.name, spec.schema, unique_key=spec.unique_key)
+                spec.name, spec.schema, unique_key=spec.unique_key,
+                also_unique=spec.also_unique)
         return s
 
     def bind_table(self, node: exp.Table) -> Bound:
@@ -462,7 +463,7 @@ class QueryCompiler:
         stream = self.source_stream(spec)
         by_lower = {c.lower(): c for c in spec.schema.names}
         refs = {(alias, low): real for low, real in by_lower.items()}
-        unique = (tuple(spec.unique_key),) if spec.unique_key else ()
+        unique = ((tuple(spec.unique_key),) if spec.unique_key else ()) + spec.also_unique
         return Bound(stream, refs, (alias,), alias, source=spec.name, unique=unique)
 
     def _cte(self, name: str, cte: _Cte) -> Rel:

@@ -45,12 +45,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A source the SQL may read: its pipeline name, schema, unique key and row count."""
+    """A source the SQL may read: its pipeline name, schema, unique keys and row count."""
 
     name: str
     schema: pa.Schema
     unique_key: tuple[str, ...] | None = None
     rows: int | None = None
+    also_unique: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass

@@ -12,6 +12,11 @@ The vocabulary of :mod:`planner.distribute` and its rules (``planner/rules/parti
   outer join's output is hashed by either side's key only for non-NULL keys).
 * :class:`Replicated` -- every shard holds every row (a small dimension copied).
 * :class:`Single` -- shard 0 holds every row (what a global aggregate needs).
+* :class:`Located` -- hashed by columns the stream no longer has, which one column it
+  has determines through verified unique keys (an aggregate by ``c_customer_id`` of
+  rows hashed by ``c_customer_sk``): rows equal on that column lie together, and so do
+  those of another stream located by the same function (the same dependencies, the
+  same key plan), which a delta join on that column needs.
 * :class:`Anywhere` -- each row on one shard, by no rule an operator can use.
 * :class:`Duplicated` -- a union of a copy and something partitioned: valid for nobody.
 
@@ -23,7 +28,10 @@ columns that contain ``K``.  Inner join keys are equal (``l.k <-> r.k``).  A gro
 equal on ``G`` are equal on ``P``, hence on one shard.  The converse direction is not
 sound: hashing by ``K`` keeps equal ``K`` together, not equal ``X`` (two customers may
 share a ``c_customer_id`` unless it too is declared unique), so an aggregate by
-``c_customer_id`` over rows hashed by ``c_customer_sk`` needs an exchange.
+``c_customer_id`` over rows hashed by ``c_customer_sk`` needs an exchange.  A source's
+further unique keys (``also_unique``) are verified (:class:`joinstate.nodes.UniqueNode`)
+and give dependencies of their own: with ``c_customer_id`` declared so, that aggregate
+runs where its input lies, and its output is :class:`Located` by ``c_customer_id``.
 
 **Look-ahead.**  :func:`desires` lists, for every stream, the partitionings its
 consumers downstream would take as they lie; :mod:`planner.placement` uses them to pick
@@ -32,6 +40,7 @@ exchange keys, and the source rule to pick each source's hash key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -52,6 +61,7 @@ from joinstate.nodes import (
     RepeatNode,
     SourceNode,
     UnionNode,
+    UniqueNode,
     WindowNode,
 )
 from planner.errors import PlannerError
@@ -72,6 +82,7 @@ __all__ = [
     "Duplicated",
     "GraphFacts",
     "Hash",
+    "Located",
     "Partitioning",
     "Replicated",
     "Single",
@@ -121,6 +132,39 @@ class Hash:
         """JSON-able (inverse: :func:`from_json`)."""
         return {"kind": "hash", "slots": [list(s) for s in self.slots],
                 "plan": [[str(k.common), k.kind] for k in self.plan], "nulls": self.nulls}
+
+
+@dataclass(frozen=True)
+class Located:
+    """Rows hashed (with ``plan``) by values that column ``columns[0]`` determines.
+
+    ``columns``: equal columns of the stream, any of which locates a row; ``via``: the
+    dependencies (their reasons, in order) that map a value of those columns to the
+    hashed values, which identify the function: two streams located with equal ``via``
+    and ``plan`` put rows with equal locating values on one shard.  Only dependencies
+    that hold across streams are used (declared unique keys of sources, equal join
+    keys, renames).  ``hashed``: the hashed columns, for the description only.  Never
+    a routing (the hashed columns are gone): what moves is routed by a :class:`Hash`.
+    """
+
+    columns: tuple[str, ...]
+    plan: tuple[KeyColumn, ...]
+    via: tuple[str, ...]
+    hashed: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    kind: ClassVar[str] = "located"
+
+    def describe(self) -> str:
+        """``located by c (hash(h), which c determines: ...)``."""
+        c = self.columns
+        cols = "=".join(c) if len(c) <= 2 else f"{c[0]} (= {len(c) - 1} equal columns)"
+        return (f"located by {cols}: hash({', '.join(self.hashed) or '?'}), which it "
+                f"determines ({self.via[0]})")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able (inverse: :func:`from_json`)."""
+        return {"kind": "located", "columns": list(self.columns),
+                "plan": [[str(k.common), k.kind] for k in self.plan], "via": list(self.via),
+                "hashed": list(self.hashed)}
 
 
 @dataclass(frozen=True)
@@ -187,7 +231,7 @@ class Duplicated:
         return {"kind": "duplicated"}
 
 
-Partitioning = Hash | Replicated | Single | Anywhere | Duplicated
+Partitioning = Hash | Located | Replicated | Single | Anywhere | Duplicated
 
 
 @functools.cache
@@ -213,6 +257,15 @@ def from_json(value: Mapping[str, Any]) -> Partitioning:
             raise PlannerError(f"a hash partitioning's key plan names an unknown type {exc}") \
                 from exc
         return Hash(tuple(tuple(s) for s in value["slots"]), plan, bool(value.get("nulls", True)))
+    if kind == "located":
+        table = _plan_types()
+        try:
+            lplan = tuple(KeyColumn(table[t], k) for t, k in value["plan"])
+        except KeyError as exc:
+            raise PlannerError(f"a located partitioning's key plan names an unknown type "
+                               f"{exc}") from exc
+        return Located(tuple(value["columns"]), lplan, tuple(value["via"]),
+                       tuple(value.get("hashed", ())))
     simple: dict[str, Partitioning] = {"replicated": Replicated(), "single": Single(),
                                        "anywhere": Anywhere(), "duplicated": Duplicated()}
     if kind not in simple:
@@ -242,11 +295,33 @@ def route(partitioning: Partitioning, table: pa.Table | pa.RecordBatch,
 
 @dataclass(frozen=True)
 class FD:
-    """``lhs`` determines ``rhs`` in every row of a stream (non-NULL ``lhs`` as declared)."""
+    """``lhs`` determines ``rhs`` in every row of a stream (non-NULL ``lhs`` as declared).
+
+    ``origin``: for a source's verified unique key (``also_unique``: checked, never
+    NULL), (column here, the source's column it holds) of every column of ``rhs``: such
+    a dependency is one function of the source's contents in every stream it reaches,
+    whatever the columns are called there, and holds for every row.
+    """
 
     lhs: frozenset[str]
     rhs: frozenset[str]
     why: str
+    origin: frozenset[tuple[str, str]] = frozenset()
+
+    def renamed(self, names: Mapping[str, Sequence[str]]) -> FD | None:
+        """The dependency after a rename ``column -> its new names`` (None if lost)."""
+        if not all(names.get(c) for c in self.lhs):
+            return None
+        rhs = frozenset(o for c in self.rhs for o in names.get(c, ()))
+        if not rhs:
+            return None
+        origin = frozenset((o, src) for c, src in self.origin for o in names.get(c, ()))
+        return FD(frozenset(names[c][0] for c in self.lhs), rhs, self.why, origin)
+
+    def keeping(self, columns: frozenset[str] | set[str]) -> FD:
+        """The dependency with ``rhs`` (and ``origin``) cut to ``columns``."""
+        return FD(self.lhs, self.rhs & columns, self.why,
+                  frozenset(x for x in self.origin if x[0] in columns))
 
 
 def closure(columns: Iterable[str], fds: Iterable[FD]) -> tuple[set[str], list[FD]]:
@@ -338,7 +413,7 @@ class GraphFacts:
         """The facts of ``graph`` with ``stats`` per source (absent: unknown size)."""
         stats = stats or {}
         live: dict[int, Node] = {}
-        stack = list(graph.outputs.values())
+        stack = [*graph.outputs.values(), *graph.checks]
         while stack:
             n = stack.pop()
             if n.id not in live:
@@ -398,26 +473,32 @@ class GraphFacts:
 
 def _fds(n: Node, fds: Mapping[int, tuple[FD, ...]]) -> tuple[FD, ...]:
     if isinstance(n, SourceNode):
-        if n.unique_key:
-            return (FD(frozenset(n.unique_key), frozenset(n.schema.names),
-                       f"{', '.join(n.unique_key)} is the declared unique key of source "
-                       f"{n.name}"),)
-        return ()
+        out_src: list[FD] = []
+        every = frozenset(n.schema.names)
+        origin = frozenset((c, c) for c in every)
+        if n.unique_key:  # trusted as declared, NULLs not excluded: no origin
+            out_src.append(FD(frozenset(n.unique_key), every,
+                              f"{', '.join(n.unique_key)} is the declared unique key of "
+                              f"source {n.name}"))
+        for key in n.also_unique:
+            out_src.append(FD(frozenset(key), every,
+                              f"{', '.join(key)} is a verified unique key of source {n.name}",
+                              origin))
+        return tuple(out_src)
     if isinstance(n, FilterNode | CheckNode | WindowNode):
         # The input's rows (a window's with columns added, a top-N's fewer): what
         # determined what still does.
         return fds[n.inputs[0].id]
     if isinstance(n, RepeatNode):  # the same rows, copied, without the count column
-        return tuple(FD(fd.lhs, fd.rhs - {n.count}, fd.why) for fd in fds[n.inputs[0].id]
+        return tuple(fd.keeping(fd.rhs - {n.count}) for fd in fds[n.inputs[0].id]
                      if n.count not in fd.lhs and fd.rhs - {n.count})
     out: list[FD] = []
     if isinstance(n, ProjectNode):
         names = picks(n)
         for fd in fds[n.inputs[0].id]:
-            if all(c in names for c in fd.lhs):
-                rhs = frozenset(o for c in fd.rhs for o in names.get(c, []))
-                if rhs:
-                    out.append(FD(frozenset(names[c][0] for c in fd.lhs), rhs, fd.why))
+            moved = fd.renamed(names)
+            if moved is not None:
+                out.append(moved)
         for c, outs in names.items():
             if len(outs) > 1:
                 out.append(FD(frozenset([outs[0]]), frozenset(outs),
@@ -428,19 +509,18 @@ def _fds(n: Node, fds: Mapping[int, tuple[FD, ...]]) -> tuple[FD, ...]:
         own = [FD(keys, frozenset(a for a, _, _ in n.aggs),
                   f"{n.label} has one row per group")] if keys else []
         kept = [fd for fd in fds[n.inputs[0].id] if fd.lhs <= keys and fd.rhs & keys]
-        return tuple(own + [FD(fd.lhs, fd.rhs & keys, fd.why) for fd in kept])
+        return tuple(own + [fd.keeping(keys) for fd in kept])
     if isinstance(n, JoinNode | JoinAllNode):
         sides: tuple[int, ...] = tuple(range(len(n.inputs)))
         if isinstance(n, JoinNode):
             sides = {"inner": (0, 1), "left": (0,), "left_semi": (0,), "left_anti": (0,),
                      "right": (1,), "full": ()}[n.how]
         for pos in sides:
-            names1 = out_names(n, pos)
+            names1 = {c: [o] for c, o in out_names(n, pos).items()}
             for fd in fds[n.inputs[pos].id]:
-                if all(c in names1 for c in fd.lhs):
-                    rhs = frozenset(names1[c] for c in fd.rhs if c in names1)
-                    if rhs:
-                        out.append(FD(frozenset(names1[c] for c in fd.lhs), rhs, fd.why))
+                moved = fd.renamed(names1)
+                if moved is not None:
+                    out.append(moved)
         for a, b, why in equal_keys(n):
             out += [FD(frozenset([a]), frozenset([b]), why), FD(frozenset([b]),
                                                                   frozenset([a]), why)]
@@ -464,7 +544,8 @@ def equal_keys(n: Node) -> list[tuple[str, str, str]]:
 def _uniques(n: Node, uniques: Mapping[int, tuple[frozenset[str], ...]]
              ) -> tuple[frozenset[str], ...]:
     if isinstance(n, SourceNode):
-        return (frozenset(n.unique_key),) if n.unique_key else ()
+        return ((frozenset(n.unique_key),) if n.unique_key else ()) + tuple(
+            frozenset(k) for k in n.also_unique)
     if isinstance(n, FilterNode | CheckNode | WindowNode):
         return uniques[n.inputs[0].id]
     if isinstance(n, ProjectNode):
@@ -533,7 +614,9 @@ def desires(facts: GraphFacts, replicated: frozenset[str] = frozenset()
     consumers' wishes on, and so do checks and repeats; a window wants what an aggregate
     by its PARTITION BY would (none: :class:`Single`).  A join whose other input is a
     chain of ``replicated`` sources that may be copied wants nothing of its own, only its
-    consumers' wishes.
+    consumers' wishes.  A unique-key check wants its source hashed by the key, listed
+    after every other wish: it reads a delivery of its own, so it should not decide
+    where the source's rows go for everyone else.
     """
     want: dict[int, list[Desire]] = {i: [] for i in facts.order}
     copied = {i for i in facts.order if i in facts.chain and facts.sources_of(i)
@@ -541,6 +624,8 @@ def desires(facts: GraphFacts, replicated: frozenset[str] = frozenset()
     for cid in reversed(facts.order):
         c = facts.nodes[cid]
         mine = want[cid]
+        if isinstance(c, UniqueNode):
+            continue  # wished for last (below): a check takes a delivery of its own
         for pos, inp in enumerate(c.inputs):
             target = want[inp.id]
             if isinstance(c, FilterNode | UnionNode | CheckNode | RepeatNode):
@@ -609,7 +694,19 @@ def desires(facts: GraphFacts, replicated: frozenset[str] = frozenset()
                     side = "left" if pos == 0 else "right"
                     _add(target, Desire(Hash(tuple((k,) for k in key), plan),
                                         f"{c.label} ({side} side) joins on {', '.join(key)}"))
+    for check in facts.graph.checks:
+        if check.id in facts.nodes:
+            _add(want[check.inputs[0].id], check_desire(check))
     return want
+
+
+def check_desire(check: UniqueNode) -> Desire:
+    """What a unique-key check needs: its input hashed by the key (equal values meet)."""
+    inp = check.inputs[0]
+    plan = tuple(single_plan(inp.schema, list(check.key)))
+    return Desire(Hash(tuple((k,) for k in check.key), plan),
+                  f"{check.label} verifies that {', '.join(check.key)} is unique in source "
+                  f"{check.source}")
 
 
 def plan_ok(have: Sequence[KeyColumn], plan: Sequence[KeyColumn], idx: Sequence[int]) -> bool:

@@ -34,6 +34,7 @@ an aggregate, the filters after it and a delta join on one of its group columns)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,6 +49,7 @@ from joinstate.nodes import (
     RepeatNode,
     SourceNode,
     UnionNode,
+    UniqueNode,
     WindowNode,
 )
 from planner.errors import PlannerError
@@ -56,9 +58,11 @@ from planner.partitioning import (
     Anywhere,
     Duplicated,
     Hash,
+    Located,
     Partitioning,
     Replicated,
     Single,
+    check_desire,
     closure,
     desires,
     equal_keys,
@@ -96,6 +100,9 @@ __all__ = [
 
 def through_project(p: Partitioning, node: ProjectNode) -> Partitioning:
     """``p`` after projection ``node``: renamed, or lost with a key column."""
+    if isinstance(p, Located):
+        cols = tuple(o for c in p.columns for o in picks(node).get(c, []))
+        return dataclasses.replace(p, columns=cols) if cols else Anywhere()
     if not isinstance(p, Hash):
         return p
     names = picks(node)
@@ -110,6 +117,9 @@ def through_project(p: Partitioning, node: ProjectNode) -> Partitioning:
 
 def through_repeat(p: Partitioning, node: RepeatNode) -> Partitioning:
     """``p`` after repeat ``node``: its count column no longer locates rows."""
+    if isinstance(p, Located):
+        cols = tuple(c for c in p.columns if c != node.count)
+        return dataclasses.replace(p, columns=cols) if cols else Anywhere()
     if not isinstance(p, Hash):
         return p
     slots = tuple(tuple(c for c in slot if c != node.count) for slot in p.slots)
@@ -125,6 +135,12 @@ def merge(parts: Sequence[Partitioning]) -> Partitioning | None:
         return first
     if all(isinstance(p, Single) for p in parts):
         return first
+    if all(isinstance(p, Located) for p in parts):
+        ls = [p for p in parts if isinstance(p, Located)]
+        shared = tuple(c for c in ls[0].columns if all(c in x.columns for x in ls))
+        if shared and all(x.plan == ls[0].plan and x.via == ls[0].via for x in ls):
+            return dataclasses.replace(ls[0], columns=shared)
+        return None
     if not all(isinstance(p, Hash) for p in parts):
         return None
     hs = [p for p in parts if isinstance(p, Hash)]
@@ -392,6 +408,8 @@ def _place(d: Derivation, n: Node, want: list[Desire]) -> None:
         _place_joinall(d, n)
     elif isinstance(n, WindowNode):
         _place_window(d, n, want)
+    elif isinstance(n, UniqueNode):
+        _place_unique(d, n)
     else:
         raise PlannerError(f"internal: the distributed planner has no rule for {n.kind} "
                            f"nodes ({n.label})")
@@ -444,6 +462,11 @@ def _join_out(n: JoinNode, pl: Partitioning, pr: Partitioning) -> Partitioning:
         equal.setdefault(b, set()).add(a)
 
     def mapped(p: Partitioning, names: Mapping[str, str]) -> Partitioning:
+        if isinstance(p, Located):
+            alts = [names[c] for c in p.columns if c in names]
+            for a in list(alts):
+                alts += sorted(equal.get(a, set()) - set(alts))
+            return dataclasses.replace(p, columns=tuple(alts)) if alts else Anywhere()
         if not isinstance(p, Hash):
             return p
         slots = []
@@ -569,9 +592,21 @@ def _within(p: Partitioning, key: Sequence[str], fds: Sequence[FD], what: str, s
     """
     if isinstance(p, Single):
         return Single(), "its input is on shard 0"
+    keys = set(key)
+    if isinstance(p, Located):
+        inside = tuple(c for c in p.columns if c in keys)
+        if inside:
+            return dataclasses.replace(p, columns=inside), (
+                f"its input is {p.describe()}, and {inside[0]} is in its {what}: {so}")
+        have, used = closure(keys, fds)
+        if any(c in have for c in p.columns):
+            c = next(c for c in p.columns if c in have)
+            because = "; ".join(dict.fromkeys(fd.why for fd in _path(keys, [c], used)))
+            return Anywhere(), (f"its input is {p.describe()}, and its {what} determines "
+                                f"{c} ({because}): {so}")
+        return None
     if not isinstance(p, Hash) or not p.nulls:
         return None
-    keys = set(key)
     direct = [next((c for c in slot if c in keys), None) for slot in p.slots]
     if all(c is not None for c in direct):
         out = Hash(tuple(tuple(c for c in slot if c in keys) for slot in p.slots), p.plan)
@@ -581,10 +616,33 @@ def _within(p: Partitioning, key: Sequence[str], fds: Sequence[FD], what: str, s
     if all(any(c in have for c in slot) for slot in p.slots):
         hashed = [next(c for c in slot if c in have) for slot in p.slots]
         because = "; ".join(dict.fromkeys(fd.why for fd in _path(keys, hashed, used)))
-        return Anywhere(), (
+        return _located(p, key, fds) or Anywhere(), (
             f"its input is hashed by {', '.join(hashed)}, which its {what} determines "
             f"({because}): rows equal on the {what} are equal on "
             f"{', '.join(hashed)}, hence on one shard")
+    return None
+
+
+def _located(p: Hash, key: Sequence[str], fds: Sequence[FD]) -> Located | None:
+    """``p`` as seen by one column of ``key`` that determines every hashed slot, if any.
+
+    The first column ``c`` of ``key`` that is the whole left side of a source's verified
+    unique key dependency (never NULL, so it holds for every row) whose right side holds
+    a column of every slot: the hashed values are then one function of ``c`` in every
+    stream that dependency reaches (the source's columns, named by ``origin``), which
+    :class:`Located` records to compare with.
+    """
+    for c in key:
+        for fd in fds:
+            if fd.lhs != {c} or not fd.origin:
+                continue
+            src = dict(fd.origin)
+            hashed = [next((x for x in slot if x in src), None) for slot in p.slots]
+            if any(x is None for x in hashed):
+                continue
+            cols = [x for x in hashed if x is not None]
+            via = (fd.why, "hashing its column(s) " + ", ".join(src[x] for x in cols))
+            return Located((c,), p.plan, via, tuple(cols))
     return None
 
 
@@ -633,9 +691,47 @@ def _place_agg(d: Derivation, n: AggNode, want: list[Desire]) -> None:
         f"its input is brought to {target.describe()} ({why})", {"moved_rows": round(a.rows)})
 
 
+def _place_unique(d: Derivation, n: UniqueNode) -> None:
+    """A unique-key check: its input hashed by the key, so that equal values meet."""
+    want = check_desire(n)
+    a = _arrive(d, n.id, 0, n.inputs[0].id, want.target,
+                f"{n.label} needs rows equal on {', '.join(n.key)} on one shard")
+    d.arrivals.append(a)
+    how = ("its input lies so" if a.mode == "local" else
+           f"source {n.source} is delivered to it a second time, routed by "
+           f"{', '.join(n.key)}" if a.mode == "delivery" else "its input is sent there")
+    d.placements[n.id] = Placement(
+        n.id, want.target, f"verifies {', '.join(n.key)} unique in source {n.source} where "
+        f"rows are hashed by it ({how}); nothing reads it", {"moved_rows": round(a.rows)})
+
+
+def _located_legs(n: JoinAllNode, nats: Sequence[Partitioning]) -> Located | None:
+    """The one location every non-copied leg shares on its key, if they all do."""
+    legs = [p for p in nats if not isinstance(p, Replicated)]
+    if not legs or not all(isinstance(p, Located) and n.keys[pos] in p.columns
+                           for pos, p in enumerate(nats) if not isinstance(p, Replicated)):
+        return None
+    first = legs[0]
+    assert isinstance(first, Located)
+    if not all(isinstance(p, Located) and p.plan == first.plan and p.via == first.via
+               for p in legs):
+        return None
+    return first
+
+
 def _place_joinall(d: Derivation, n: JoinAllNode) -> None:
     plan = join_plan(n)[:1]
     nats = [d.natural(i.id) for i in n.inputs]
+    loc = _located_legs(n, nats)
+    if loc is not None:
+        for pos, i in enumerate(n.inputs):
+            d.arrivals.append(_local(d, n.id, pos, i.id, ""))
+        cols = [n.out_name(leg, k) for leg, k in zip(n.legs, n.keys, strict=True)]
+        d.placements[n.id] = Placement(
+            n.id, dataclasses.replace(loc, columns=tuple(dict.fromkeys(cols))),
+            f"every leg is {loc.describe()} on its key: equal keys lie on one shard, so a "
+            "delta join runs where its legs lie")
+        return
     ok = [isinstance(p, Replicated) or (isinstance(p, Hash) and p.plan == plan
                                         and len(p.slots) == 1 and n.keys[pos] in p.slots[0])
           for pos, p in enumerate(nats)]

@@ -70,6 +70,7 @@ import joinstate
 from joinstate.errors import SchemaMismatchError
 from joinstate.inspect import stored_names
 from joinstate.names import pipeline_spec_key, view_sql_key
+from joinstate.nodes import also_unique_keys
 from planner._sqlerrors import (
     SQLError,
     UnsupportedSQLError,
@@ -97,15 +98,19 @@ DIALECT = "duckdb"
 
 @dataclass(frozen=True)
 class Source:
-    """A source the SQL reads: its schema and, optionally, a unique key.
+    """A source the SQL reads: its schema and, optionally, unique keys.
 
     ``unique_key`` (a column or columns, no two rows share its values) lets the source's
     indexes use a keyed layout and tells the join-order rule which joins cannot multiply
-    rows (a dimension joined on its key).
+    rows (a dimension joined on its key).  ``also_unique``: further unique keys (each a
+    column or columns), verified by the pipeline (a push breaking one, or putting a NULL
+    in one, is refused; see ``joinstate.source``); on Spark they let the planner keep a
+    group by such a key where its rows lie.
     """
 
     schema: pa.Schema
     unique_key: str | Sequence[str] | None = None
+    also_unique: Sequence[str | Sequence[str]] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.schema, pa.Schema):
@@ -119,6 +124,11 @@ class Source:
                 raise SQLError(f"Source(unique_key={uk!r}): {missing or 'no'} column(s) not "
                                f"in the schema ({self.schema.names})")
             object.__setattr__(self, "unique_key", cols)
+        try:
+            also = also_unique_keys("Source", self.schema, self.key, self.also_unique)
+        except SchemaMismatchError as exc:
+            raise SQLError(str(exc)) from None
+        object.__setattr__(self, "also_unique", also)
 
     @property
     def key(self) -> tuple[str, ...] | None:
@@ -183,7 +193,8 @@ def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None
         rows = None
         if stats is not None and name in stats:
             rows = _rows(stats[name], name)
-        out[name.lower()] = SourceSpec(name, src.schema, src.key, rows)
+        out[name.lower()] = SourceSpec(name, src.schema, src.key, rows,
+                                       cast("tuple[tuple[str, ...], ...]", src.also_unique))
     if stats is not None:
         unknown = set(stats) - {s.name for s in out.values()}
         if unknown:
@@ -496,7 +507,8 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     specs = _specs(sources, stats)
     record = ViewRecord(
         sql, {s.name: (s.schema, s.unique_key) for s in specs.values()},
-        {s.name: s.rows for s in specs.values() if s.rows is not None}, dict(metadata or {}))
+        {s.name: s.rows for s in specs.values() if s.rows is not None}, dict(metadata or {}),
+        {s.name: s.also_unique for s in specs.values() if s.also_unique})
     _attach(p, record, store)
     return p
 
@@ -565,6 +577,7 @@ def reopen(store: joinstate.StateStore, name: str, *,
         raise joinstate.JoinSpecMismatchError(
             f"{store.path} holds {what}; compile the SQL with planner.compile(sql, sources, "
             "store=...) to create it")
-    sources = {n: Source(s, unique_key=uk) for n, (s, uk) in record.sources.items()}
+    sources = {n: Source(s, unique_key=uk, also_unique=record.also_unique.get(n, ()))
+               for n, (s, uk) in record.sources.items()}
     return compile(record.sql, sources, store=store, name=name,
                    stats=dict(record.rows) or None, share_indexes=share_indexes)

@@ -5,7 +5,9 @@ A stage's sub-graph is a :class:`joinstate.Graph` built with the public builder
 maintains it exactly as it would the whole graph:
 
 * a **delivered source** keeps its name and declaration (a second delivery of one
-  source to one stage, routed otherwise, is ``<source>-2``);
+  source to one stage, routed otherwise, is ``<source>-2``), except its further unique
+  keys: each is verified by the check the plan placed (a root of the stage graph, over
+  the delivery routed by that key), not by every delivery;
 * a **chain** (filters, projections, unions over sources) is rebuilt in every stage that
   reads it, over the deliveries of its sources there; readers of one chain with the
   same deliveries share one copy (and so, in the runtime, its indexes);
@@ -43,6 +45,7 @@ from joinstate.graph import (
     SourceNode,
     Stream,
     UnionNode,
+    UniqueNode,
     WindowNode,
     join_all,
     source,
@@ -231,6 +234,7 @@ class _Builder:
         deliveries: dict[tuple[str, Partitioning], Delivery] = {}
         receives: list[str] = []
         nodes: list[int] = []
+        checks: list[Stream] = []
 
         def delivered(source: str, p: Partitioning) -> Stream:
             key = (source, p)
@@ -241,7 +245,8 @@ class _Builder:
                     name = source if n == 0 else f"{source}-{n + 1}"
                     self.names[(k, source, p)] = name
                 deliveries[key] = Delivery(source, p, k, name)
-                streams[("src", key)] = _source(name, facts.graph.sources[source])
+                streams[("src", key)] = _source(name, facts.graph.sources[source],
+                                                checks=False)
             return streams[("src", key)]
 
         def chain(nid: int, dl: tuple[tuple[str, Partitioning], ...]) -> Stream:
@@ -289,6 +294,8 @@ class _Builder:
                 ins = [h for h in ins if not self._on_shard0(h)]
             streams[("node", nid)] = rebuild(facts.nodes[nid], [arrive(h) for h in ins])
             nodes.append(nid)
+            if isinstance(facts.nodes[nid], UniqueNode):
+                checks.append(streams[("node", nid)])
         outs: list[tuple[str, Stream, bool]] = []
         for name in facts.outputs:
             if self.out_stage[name] != k or not kept(name):
@@ -312,9 +319,9 @@ class _Builder:
             "deliveries": list(deliveries.values()), "receives": receives, "sends": sends,
             "outputs": [o for o, _, _ in outs if o not in sends], "nodes": nodes}
         extra = [s for key, s in streams.items() if key[0] == "src"]
-        if not outs and not extra:
+        if not outs and not extra and not checks:
             return None, info
-        g = Graph(sources=extra)
+        g = Graph(sources=extra, checks=checks)
         for name, s, mat in outs:
             m = facts.graph.materialized.get(name) if mat else None
             if m is None:
@@ -336,9 +343,14 @@ class _Builder:
         return g, info
 
 
-def source_stream(name: str, node: SourceNode) -> Stream:
-    """Source ``node`` as a stream named ``name``, declared as in its graph."""
-    return source(name, node.schema, unique_key=node.unique_key, retractions=node.retractions)
+def source_stream(name: str, node: SourceNode, *, checks: bool = True) -> Stream:
+    """Source ``node`` as a stream named ``name``, declared as in its graph.
+
+    ``checks=False`` leaves its further unique keys out (a stage's delivery: the plan
+    places their checks).
+    """
+    return source(name, node.schema, unique_key=node.unique_key, retractions=node.retractions,
+                  also_unique=node.also_unique if checks else ())
 
 
 _source = source_stream
@@ -366,6 +378,9 @@ def rebuild(n: Node, ins: list[Stream]) -> Stream:
         s = ins[0].check(n.expr, n.message)
     elif isinstance(n, RepeatNode):
         s = ins[0].repeat(n.count)
+    elif isinstance(n, UniqueNode):  # a root: the caller hands it to Graph(checks=...)
+        s = Stream(UniqueNode((ins[0].node,), ins[0].node.schema, key=n.key, source=n.source,
+                              identity=n.identity))
     elif isinstance(n, WindowNode):
         ranking = ("row_number", "rank", "dense_rank")
         funcs: dict[str, tuple[Any, ...]] = {

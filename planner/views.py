@@ -42,7 +42,8 @@ class ViewRecord:
     """A compiled view as the store keeps it (see the module docstring).
 
     ``sources`` maps a source name to ``(schema, unique key)``; ``rows`` holds the row
-    counts given when it was compiled; ``metadata`` is the caller's (JSON-able).
+    counts given when it was compiled; ``metadata`` is the caller's (JSON-able);
+    ``also_unique``: the further unique keys of the sources that declare some.
     Records written before sources were kept have ``sources`` empty: such a view is
     quoted in messages but cannot be reopened.
     """
@@ -52,6 +53,7 @@ class ViewRecord:
         default_factory=dict)
     rows: Mapping[str, int] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    also_unique: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
 
     def to_json(self, definition: bytes) -> bytes:
         """The record's bytes, bound to the stored ``definition``."""
@@ -59,7 +61,9 @@ class ViewRecord:
             "format": _FORMAT, "sql": self.sql,
             "definition": hashlib.sha256(definition).hexdigest(),
             "sources": {n: {"schema": base64.b64encode(s.serialize().to_pybytes()).decode(),
-                            "unique_key": None if uk is None else list(uk)}
+                            "unique_key": None if uk is None else list(uk),
+                            **({"also_unique": [list(k) for k in self.also_unique[n]]}
+                               if self.also_unique.get(n) else {})}
                         for n, (s, uk) in self.sources.items()},
             "rows": dict(self.rows), "metadata": dict(self.metadata),
         }).encode()
@@ -77,10 +81,13 @@ class ViewRecord:
                          None if s.get("unique_key") is None else tuple(s["unique_key"]))
                 for n, s in (doc.get("sources") or {}).items()}
             rows = {str(n): int(r) for n, r in (doc.get("rows") or {}).items()}
+            also = {str(n): tuple(tuple(str(c) for c in k) for k in s["also_unique"])
+                    for n, s in (doc.get("sources") or {}).items() if s.get("also_unique")}
             metadata = doc.get("metadata") or {}
         except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):
             return None
-        return cls(doc["sql"], sources, rows, metadata if isinstance(metadata, dict) else {})
+        return cls(doc["sql"], sources, rows, metadata if isinstance(metadata, dict) else {},
+                   also)
 
 
 

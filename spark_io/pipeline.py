@@ -204,7 +204,8 @@ class SparkPipeline:
     @classmethod
     def from_sql(cls, spark: SparkSession, sql: str, sources: Mapping[str, Any], *,
                  state_dir: str | Path, shards: int = 2, name: str = "result",
-                 stats: Mapping[str, Any] | None = None, **kwargs: Any) -> SparkPipeline:
+                 stats: Mapping[str, Any] | None = None,
+                 also_unique: Mapping[str, Any] | None = None, **kwargs: Any) -> SparkPipeline:
         """A Spark pipeline maintaining ``sql``'s answer as its one output, ``name``.
 
         ``sources`` maps each table name of the query to a DataFrame, the name of a table
@@ -214,7 +215,11 @@ class SparkPipeline:
         is compiled by :func:`planner.sql.define` on the driver (a query outside the
         incremental subset raises ``planner.sql.UnsupportedSQLError`` before any Spark
         job).  The answer is materialized: :meth:`read` returns it, its ``ORDER BY`` and
-        ``LIMIT`` applied.  Other keyword arguments are :class:`SparkPipeline`'s.
+        ``LIMIT`` applied.  ``also_unique``: source name -> further unique keys (each a
+        column or columns; as ``planner.sql.Source(also_unique=...)``), verified by the
+        pipeline, which lets the planner keep a group by such a key where the rows lie
+        (e.g. ``{"customer": ["c_customer_id"]}``).  Other keyword arguments are
+        :class:`SparkPipeline`'s.
         """
         from planner.sql import Source, define
 
@@ -241,6 +246,19 @@ class SparkPipeline:
                 raise SchemaMismatchError(
                     f"sources[{s!r}] must be a DataFrame, a catalog table name, a "
                     f"pyarrow.Schema or a planner.sql.Source, got {type(value).__name__}")
+        for s, keys in (also_unique or {}).items():
+            given_as = schemas.get(s)
+            if given_as is None:
+                raise SchemaMismatchError(
+                    f"also_unique names {s!r}, which is not a source ({sorted(schemas)})")
+            if isinstance(given_as, Source):
+                if given_as.also_unique:
+                    raise SchemaMismatchError(
+                        f"sources[{s!r}] is a planner.sql.Source declaring also_unique "
+                        "already; declare its further unique keys in one place")
+                schemas[s] = Source(given_as.schema, given_as.unique_key, keys)
+            else:
+                schemas[s] = Source(given_as, also_unique=keys)
         graph, _ = define(sql, schemas, name=name, materialize=True, stats=stats)
         sp = cls(spark, graph, state_dir, shards, name=name, **kwargs)
         sp._defaults = frames

@@ -22,6 +22,7 @@ from joinstate.nodes import (
     RepeatNode,
     SourceNode,
     UnionNode,
+    UniqueNode,
     WindowNode,
 )
 from joinstate.ops.aggregate import AggregateOp
@@ -42,6 +43,7 @@ from joinstate.ops.project import ProjectOp
 from joinstate.ops.repeat import RepeatOp
 from joinstate.ops.source import SourceOp
 from joinstate.ops.union import UnionOp
+from joinstate.ops.unique import UniqueOp
 from joinstate.ops.window import WindowOp
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ OPERATORS: dict[type[Node], type[OperatorBase]] = {
     JoinAllNode: JoinAllOp,
     AggNode: AggregateOp,
     WindowNode: WindowOp,
+    UniqueNode: UniqueOp,
 }
 """Node class -> operator class."""
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from joinstate.graph import AggNode, Graph, SourceNode, Stream
+from joinstate.graph import AggNode, Graph, SourceNode, Stream, UniqueNode
 from planner.errors import PlannerError
 from planner.partitioning import Hash
 from planner.rule import Decision
@@ -154,6 +154,8 @@ def split_graph(graph: Graph, splits: Mapping[str, tuple[str, ...]]) -> Graph:
     for n in graph.nodes:
         if n.id in skip:
             continue
+        if isinstance(n, UniqueNode):
+            continue  # made again by the new graph from its sources' declarations
         if isinstance(n, SourceNode):
             streams[n.id] = source_stream(n.name, n)
         elif n.label in splits:
