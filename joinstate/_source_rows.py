@@ -50,6 +50,7 @@ from joinstate.codec import RowCodec
 from joinstate.errors import OverRetractionError, StateCorruptedError
 from joinstate.keys import row_hash
 from joinstate.names import source_rows_of
+from joinstate.transaction import ABSENT
 from joinstate.zset import checked_add, checked_sum, checked_sum_by, consolidate, group_rows
 
 if TYPE_CHECKING:
@@ -466,7 +467,9 @@ class SourceRows:
                                            new_stored)
         keep = np.flatnonzero(plain)
         values = _values(lo[keep], hi[keep], w[keep], buckets[keep])
-        txn.put_many(self.cf, [_key(b, seq) for b, _ in values], [v for _, v in values])
+        # New keys: ``seq`` is this push's number, above every stored value's.
+        txn.put_many(self.cf, [_key(b, seq) for b, _ in values], [v for _, v in values],
+                     prior=ABSENT)
         entries += len(keep)
         txn.add(self.cf, "entries", entries)
         if emap is None:

@@ -5,6 +5,13 @@ opening safely, column families, atomic writes, ``__meta__`` records and counter
 the mapping of RocksDB errors to named ones.  The modules that build on it (transactions,
 layouts, indexes, joins) need only this; :class:`joinstate.StateStore` adds the joins.
 
+Column families are created on first use, one at a time, or, inside
+:meth:`Database.families_together`, all in one step at the end of the block or at the
+first write to one of them: RocksDB rewrites its OPTIONS file (every family's options)
+for each family it creates and each ``set_options``, so a new store's families and the
+options its population gives them before loading (auto-compaction off) are set at
+creation, not by one call each.
+
 Lifecycle contract: a store owns its RocksDB handle and every column-family object it
 hands out.  ``close()`` drops all of them before closing the DB, because rocksdict keeps
 the directory LOCK while any column-family object or iterator is alive; nothing here
@@ -69,7 +76,7 @@ from joinstate.names import (
 from joinstate.options import IndexOptions, StoreOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Collection, Iterator, Mapping, Sequence
     from types import TracebackType
 
     from joinstate.intents import Record
@@ -81,6 +88,15 @@ log = logging.getLogger(__name__)
 LAYOUT_VERSION = 2
 """Version of the on-disk layout (column-family naming, keys, values, commit records)."""
 
+_ZERO_WHEN_EMPTY = frozenset({
+    "rocksdb.num-files-at-level0", "rocksdb.total-sst-files-size",
+    "rocksdb.estimate-pending-compaction-bytes", "rocksdb.compaction-pending",
+    "rocksdb.num-running-compactions", "rocksdb.num-running-flushes",
+    "rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables",
+    "rocksdb.estimate-num-keys", "rocksdb.cur-size-all-mem-tables",
+})
+"""Integer properties of a family not created yet: it holds no data (its memtable arena,
+a few KiB once created, counts as 0 until then)."""
 _DERIVED = "derived"
 _ENTRIES = re.compile(r"# entries=(\d+)")
 
@@ -91,6 +107,80 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class _Deferred:
+    """The view of a family whose creation is deferred (:meth:`Database.families_together`).
+
+    A caller that only makes sure a family exists (``store.cf(name)``) creates nothing.
+    Reads (``get``, ``iter``) find nothing, as they would in the family once created:
+    nothing can be written to it before it exists.  Any other use (a write, a flush,
+    properties) creates the pending families and goes to the real one.
+    """
+
+    __slots__ = ("_db", "_name")
+
+    def __init__(self, db: Database, name: str) -> None:
+        self._db = db
+        self._name = name
+
+    def _real(self) -> Any:
+        self._db.create_pending()
+        return self._db.cf(self._name)
+
+    def get(self, key: Any, default: Any = None, read_opt: Any = None) -> Any:
+        """None for every key (a list of keys: a list of None), like rocksdict's get."""
+        if self._name not in self._db._pending:  # noqa: SLF001 - created meanwhile
+            real = self._real()
+            return real.get(key, default) if read_opt is None else real.get(key, default, read_opt)
+        if isinstance(key, list):
+            return [default] * len(key)
+        return default
+
+    def iter(self, read_opt: Any = None) -> Any:
+        """An iterator over no entries (or the real family's, once created)."""
+        if self._name not in self._db._pending:  # noqa: SLF001 - created meanwhile
+            return self._real().iter(read_opt) if read_opt is not None else self._real().iter()
+        return _EmptyIter()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._real(), attr)
+
+
+class _EmptyIter:
+    """A rocksdict ``RdictIter`` over a family that holds nothing."""
+
+    def valid(self) -> bool:
+        return False
+
+    def status(self) -> None:
+        return None
+
+    def seek(self, key: Any) -> None:
+        return None
+
+    def seek_for_prev(self, key: Any) -> None:
+        return None
+
+    def seek_to_first(self) -> None:
+        return None
+
+    def seek_to_last(self) -> None:
+        return None
+
+    def next(self) -> None:
+        return None
+
+    def prev(self) -> None:
+        return None
+
+    def key(self) -> Any:
+        msg = "the iterator is not valid: the family holds nothing"
+        raise ValueError(msg)
+
+    def value(self) -> Any:
+        msg = "the iterator is not valid: the family holds nothing"
+        raise ValueError(msg)
 
 
 class Database:
@@ -118,6 +208,14 @@ class Database:
         self._cfs: dict[str, Any] = {}
         self._handles: dict[str, Any] = {}
         self._counters: dict[bytes, int] = {}
+        # Families known to exist in the open database, families whose creation is
+        # deferred (see families_together), and options a family was given after its
+        # creation (recreate_empty, set_cf_options) that a re-open must keep.
+        self._families: set[str] = set()
+        self._pending: set[str] = set()
+        self._together = 0
+        self._extra: dict[str, IndexOptions] = {}
+        self._live: dict[str, dict[str, str]] = {}
         self._db: Any = None
         self._held: str | None = None
         if not read_only:
@@ -160,6 +258,7 @@ class Database:
                 str(self.path), self._db_options, column_families=column_families,
                 access_type=access,
             )
+        self._families = set(column_families)
         self._check_layout_version(create)
         if not read_only:
             finish_interrupted(self)
@@ -247,6 +346,16 @@ class Database:
                     release(self._held, self)
                     self._held = None
                 return
+            if self._pending:
+                try:
+                    self.create_pending()
+                except Exception as exc:  # closing must not raise (see above)
+                    log.warning("creating column families while closing %s: %s", self.path,
+                                exc)
+                    self._pending.clear()
+            if self._db is None:  # the re-open of create_pending failed
+                self.close()
+                return
             self._detach()
             self._cfs.clear()
             self._handles.clear()
@@ -286,23 +395,108 @@ class Database:
                                        prefix_extractor=is_keyed_cf(name))
 
     def cf(self, name: str) -> Any:
-        """The rocksdict view bound to column family ``name`` (created on first use)."""
+        """The rocksdict view bound to column family ``name`` (created on first use).
+
+        Inside :meth:`families_together` a missing family is not created here: its
+        creation joins the others of the block (the view returned creates them all at
+        its first use).
+        """
         cf = self._cfs.get(name)
         if cf is None:
+            if name in self._pending:
+                return _Deferred(self, name)
             db = self._require_open()
             try:
                 cf = db.get_column_family(name)
             except Exception:  # rocksdict: "column family not found"
                 self.require_writable(f"create column family {name!r}")
+                if self._together:
+                    self._pending.add(name)
+                    return _Deferred(self, name)
                 with _rocks.rocks_errors(self.path, f"create column family {name!r}"):
-                    cf = db.create_column_family(name, self.cf_options(name))
+                    cf = db.create_column_family(name, self.cf_options(name,
+                                                                       self._extra.get(name)))
             self._cfs[name] = cf
+            self._families.add(name)
         return cf
+
+    @contextlib.contextmanager
+    def families_together(self) -> Iterator[None]:
+        """Create the column families first used inside the block in one step.
+
+        RocksDB rewrites its OPTIONS file (every family's options) at each family it
+        creates, and again at each ``set_options``: creating a pipeline's families one
+        at a time costs ~10 ms each, and population then switches auto-compaction off
+        on the families it loads.  Inside the block a missing family is only noted;
+        options set on it (:meth:`set_cf_options`, :meth:`recreate_empty`) become its
+        creation options, at no cost, and reads of it find nothing (nothing can be in
+        it).  All of them are created by one re-open of the database listing them (one
+        OPTIONS write), at the first write to any of them, any other use of one (a
+        flush, a listing of the store's families, a checkpoint), or at the end of the
+        block.  Meant for a new store (a population's): the re-open replays the WAL.
+
+        Nothing is written to a family before it exists, so a crash leaves at most
+        families that were never created, which the next open creates empty, exactly
+        as if they had been created empty before the crash.
+        """
+        self.require_writable("create column families")
+        self._together += 1
+        try:
+            yield
+        except BaseException:
+            self._together -= 1
+            if not self._together and self._pending and self._db is not None:
+                try:
+                    self.create_pending()
+                except Exception as exc:  # the block's own error is the one to raise
+                    log.warning("creating column families in %s: %s", self.path, exc)
+            raise
+        self._together -= 1
+        if not self._together:
+            self.create_pending()
+
+    def create_pending(self, needed: Collection[str] | None = None) -> None:
+        """Create every family whose creation :meth:`families_together` deferred.
+
+        ``needed``: only if one of these families is among them (a write about to use
+        its handle); None: in any case.
+
+        rocksdict creates families one at a time; a database opened with missing
+        families listed creates them all and writes the OPTIONS file once.  So the
+        database is closed and opened again with them listed: every committed write
+        survives (RocksDB replays the WAL, or flushes what was written without it at the
+        close), and every family keeps the options it was given.  No column-family view
+        or iterator may be alive outside the store meanwhile: the store hands out views
+        for immediate use only.
+        """
+        with self.lock:
+            if not self._pending or (needed is not None and self._pending.isdisjoint(needed)):
+                return
+            db = self._require_open()
+            pending = sorted(self._pending)
+            names = (self._families | self._pending) - {"default"}
+            families = {n: self.cf_options(n, self._extra.get(n)) for n in names}
+            self._cfs.clear()
+            self._handles.clear()
+            self._db = None
+            self._pending.clear()
+            with _rocks.rocks_errors(self.path, f"create column families {pending}"):
+                db.close()
+                del db
+                self._db = rd.Rdict(str(self.path), self._db_options,
+                                    column_families=families,
+                                    access_type=rd.AccessType.read_write())
+            self._families = set(names)
+            for name, options in self._live.items():
+                with _rocks.rocks_errors(self.path, f"set options {options} on {name!r}"):
+                    self.cf(name).set_options(dict(options))
 
     def handle(self, name: str) -> Any:
         """The column-family handle for WriteBatch puts (a put without one goes to default)."""
         h = self._handles.get(name)
         if h is None:
+            if name in self._pending:
+                self.create_pending()
             self.cf(name)
             h = self._handles[name] = self._require_open().get_column_family_handle(name)
         return h
@@ -312,10 +506,14 @@ class Database:
 
         RocksDB cannot switch a column family's memtable factory at run time, so a
         population driver that picks a memtable per side (hash skip list for the small
-        side) does it here, before the first write.  Refuses a non-empty family.
+        side) does it here, before the first write.  Refuses a non-empty family.  A
+        family not created yet (:meth:`families_together`) is simply created so.
         """
         self.require_writable(f"re-create column family {name!r}")
         with self.lock:
+            if name in self._pending:
+                self._extra[name] = extra.over(self._extra.get(name))
+                return
             db = self._require_open()
             # Total-order scan: with a prefix extractor and a hash memtable, a plain
             # seek_to_first does not see unflushed rows (they would look absent).
@@ -326,9 +524,12 @@ class Database:
                 )
             self._cfs.pop(name, None)
             self._handles.pop(name, None)
+            self._live.pop(name, None)
+            merged = extra.over(self._extra.get(name))
             with _rocks.rocks_errors(self.path, f"re-create column family {name!r}"):
                 db.drop_column_family(name)
-                self._cfs[name] = db.create_column_family(name, self.cf_options(name, extra))
+                self._cfs[name] = db.create_column_family(name, self.cf_options(name, merged))
+            self._extra[name] = merged
 
     def drop_column_families(self, names: Sequence[str]) -> None:
         """Drop column families (and all their data); absent ones are skipped."""
@@ -339,6 +540,10 @@ class Database:
             for name in names:
                 self._cfs.pop(name, None)
                 self._handles.pop(name, None)
+                self._extra.pop(name, None)
+                self._live.pop(name, None)
+                self._pending.discard(name)
+                self._families.discard(name)
                 if name in present:
                     with _rocks.rocks_errors(self.path, f"drop column family {name!r}"):
                         db.drop_column_family(name)
@@ -352,14 +557,26 @@ class Database:
     def column_families(self) -> list[str]:
         """Names of every column family in the store."""
         self._require_open()
+        self.create_pending()
         with _rocks.rocks_errors(self.path, "list column families"):
             return list(rd.Rdict.list_cf(str(self.path), rd.Options(raw_mode=True)))
 
     def set_cf_options(self, cf: str, options: Mapping[str, str]) -> None:
         """Change mutable options of family ``cf`` at run time (e.g. auto-compaction)."""
         self.require_writable(f"set options of {cf!r}")
-        with _rocks.rocks_errors(self.path, f"set options {dict(options)} on {cf!r}"):
-            self.cf(cf).set_options(dict(options))
+        wanted = dict(options)
+        as_created = IndexOptions.from_runtime(wanted)
+        with self.lock:
+            if cf in self._pending and as_created is not None:
+                # Not created yet: these become its creation options (no OPTIONS write).
+                self._extra[cf] = as_created.over(self._extra.get(cf))
+                return
+            with _rocks.rocks_errors(self.path, f"set options {wanted} on {cf!r}"):
+                self.cf(cf).set_options(wanted)
+            if as_created is not None:
+                self._extra[cf] = as_created.over(self._extra.get(cf))
+            else:
+                self._live.setdefault(cf, {}).update(wanted)
 
     def compact(self, cf: str) -> None:
         """Flush family ``cf`` and compact its whole key range (blocks until done)."""
@@ -622,7 +839,13 @@ class Database:
     # ---- RocksDB facts ----------------------------------------------------------------
 
     def property_int(self, cf: str, name: str) -> int | None:
-        """An integer RocksDB property of a column family, or None if unavailable."""
+        """An integer RocksDB property of a column family, or None if unavailable.
+
+        A family not created yet (:meth:`families_together`) holds nothing: its file,
+        entry and compaction counts are 0 without creating it.
+        """
+        if cf in self._pending and name in _ZERO_WHEN_EMPTY:
+            return 0
         try:
             v = self.cf(cf).property_int_value(name)
         except Exception:  # rocksdict raises bare Exceptions for unknown properties

@@ -64,6 +64,30 @@ class IndexOptions:
     bloom_bits_per_key: int | None = None
     hash_bucket_count: int = 1_000_000
 
+    @classmethod
+    def from_runtime(cls, options: Mapping[str, str]) -> IndexOptions | None:
+        """Run-time options (``set_options`` strings) as overrides; None if one has no field.
+
+        A family not created yet takes them as creation options instead of a call.
+        """
+        fields: dict[str, Any] = {}
+        for key, value in options.items():
+            if key == "disable_auto_compactions" and value in ("true", "false"):
+                fields[key] = value == "true"
+            elif key == "write_buffer_size" and value.isdigit():
+                fields[key] = int(value)
+            else:
+                return None
+        return cls(**fields)
+
+    def over(self, base: IndexOptions | None) -> IndexOptions:
+        """``base`` with the options this one sets (not None) replacing its own."""
+        if base is None:
+            return self
+        return dataclasses.replace(base, **{
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None})
+
     def __post_init__(self) -> None:
         problems = self.problems("IndexOptions")
         if problems:

@@ -280,6 +280,7 @@ class StateStore(Database):
         because the location's copy was damaged).  See :mod:`joinstate.checkpoint`.
         """
         self.require_writable(f"checkpoint to {uri}")
+        self.create_pending()  # a checkpoint holds every family the store has
         loc = ckpt.Location.of(uri, filesystem)
         keep = ckpt.check_keep(keep)
         verify = ckpt.check_verify(verify)

@@ -23,16 +23,21 @@ records — and puts them, as one *undo record*, into the same WriteBatch, under
 ``__meta__`` key ``undo\x00<tag>\x00<8-byte sequence>``.  :func:`apply_undo` writes the
 prior values back (a key that was absent is deleted) for every record of a tag, newest
 first, and removes the records, all in one WriteBatch: the store then holds exactly the
-bytes it held before the tagged transactions.  :func:`drop_undo` forgets the records
-once what they undo is final.  A driver uses this to make a change spread over several
-stores all-or-nothing (:mod:`spark_io.operation`).  Undo is only for WriteBatch
+bytes it held before the tagged transactions.  A writer that knows what its keys held
+declares it (``put_many(..., prior=...)``) and they are not read again: an index's
+appended entries and a source's row-record values, whose keys carry a batch number no
+earlier write used (:data:`ABSENT`); the entries a retraction rewrites, found in the
+bag index's entry map or read; an aggregate's groups, read to fold the change in.  In
+a small operation these are most of the keys written.  :func:`drop_undo` forgets the
+records once what they undo is final.  A driver uses this to make a change spread over
+several stores all-or-nothing (:mod:`spark_io.operation`).  Undo is only for WriteBatch
 commits; a bulk sink is refused while capture is on.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Final, Literal, Protocol, cast
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +56,9 @@ if TYPE_CHECKING:
     from joinstate.db import Database
 
 __all__ = [
+    "ABSENT",
     "BulkSink",
+    "Prior",
     "Record",
     "Transaction",
     "WriteBlock",
@@ -61,6 +68,13 @@ __all__ = [
 ]
 
 _BLOCK_ROWS = 4096
+
+ABSENT: Final = "absent"
+"""``put_many(..., prior=ABSENT)``: no key of the block exists before the transaction."""
+
+Prior = Literal["absent"] | list[bytes | None] | None
+"""What a block's keys held before the transaction: :data:`ABSENT`, one value (None:
+absent) per key, or None (unknown)."""
 
 
 class WriteBlock:
@@ -74,16 +88,22 @@ class WriteBlock:
     faults of first-touching it were most of a load's system time (~3x the faults).
     """
 
-    __slots__ = ("_keys", "_values", "column_family")
+    __slots__ = ("_keys", "_values", "column_family", "prior")
 
     def __init__(self, column_family: str, keys: list[bytes] | Bytes,
-                 values: list[bytes | None] | Bytes) -> None:
+                 values: list[bytes | None] | Bytes, prior: Prior = None) -> None:
         if len(keys) != len(values):
             msg = f"{column_family}: {len(keys)} keys but {len(values)} values"
+            raise JoinStateError(msg)
+        if isinstance(prior, list) and len(prior) != len(keys):
+            msg = f"{column_family}: {len(keys)} keys but {len(prior)} prior values"
             raise JoinStateError(msg)
         self.column_family = column_family
         self._keys = keys
         self._values = values
+        # What the keys held before the transaction, when the writer knows it (module
+        # docstring, *Undo capture*); None: unknown, read by the undo capture.
+        self.prior = prior
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -123,7 +143,14 @@ class WriteBlock:
 
     def _appendable(self) -> bool:
         return isinstance(self._keys, list) and isinstance(self._values, list) \
-            and len(self._keys) < _BLOCK_ROWS
+            and len(self._keys) < _BLOCK_ROWS and self.prior is None
+
+    def prior_values(self) -> list[bytes | None]:
+        """The values the keys held before the transaction, as declared (not None)."""
+        if self.prior is None:
+            msg = f"{self.column_family}: the prior values of this block are unknown"
+            raise JoinStateError(msg)
+        return [None] * len(self) if self.prior == ABSENT else self.prior
 
     def _append(self, key: bytes, value: bytes | None) -> None:
         cast("list[bytes]", self._keys).append(key)
@@ -173,13 +200,19 @@ class Transaction:
     # ---- staging ----------------------------------------------------------------------
 
     def put_many(self, cf: str, keys: list[bytes] | Bytes,
-                 values: list[bytes] | list[bytes | None] | Bytes) -> None:
+                 values: list[bytes] | list[bytes | None] | Bytes, *,
+                 prior: Prior = None) -> None:
         """Stage puts of ``keys`` -> ``values`` into ``cf`` (a None value deletes its key).
 
-        The lists (or packed strings) are kept, not copied.
+        The lists (or packed strings) are kept, not copied.  ``prior``: what the keys
+        hold *before this transaction*, if the caller knows it for certain (it read
+        them in this transaction, or the keys are new by construction: :data:`ABSENT`);
+        the undo capture then records it instead of reading the keys again.  A wrong
+        ``prior`` makes a rollback restore wrong bytes: declare only what is proven.
         """
         if len(keys):
-            self.blocks.append(WriteBlock(cf, keys, cast("list[bytes | None] | Bytes", values)))
+            self.blocks.append(WriteBlock(cf, keys, cast("list[bytes | None] | Bytes", values),
+                                          prior))
 
     def put(self, cf: str, key: bytes, value: bytes | None) -> None:
         """Stage one put (``value`` None: a delete)."""
@@ -239,23 +272,37 @@ class Transaction:
         return wb
 
     def _undo_record(self, records: Sequence[Record], note: bytes) -> bytes:
-        """The prior value of every key this commit writes, as one undo record."""
+        """The prior value of every key this commit writes, as one undo record.
+
+        Keys whose prior value their block declares (:meth:`put_many`'s ``prior``) are
+        not read; the others are, with one multi-get per column family.
+        """
         store = self.store
         by_cf: dict[str, list[bytes]] = {}
+        known: dict[str, tuple[list[bytes], list[bytes | None]]] = {}
         for block in self.blocks:
-            by_cf.setdefault(block.column_family, []).extend(block.keys)
+            if block.prior is None:
+                by_cf.setdefault(block.column_family, []).extend(block.keys)
+            else:
+                ks, vs = known.setdefault(block.column_family, ([], []))
+                ks.extend(block.keys)
+                vs.extend(block.prior_values())
         by_cf.setdefault(META_CF, []).extend(k for k, _ in records)
-        families = sorted(f for f, ks in by_cf.items() if ks)
+        families = sorted({f for f, ks in by_cf.items() if ks} | set(known))
         cf_ids: list[np.ndarray] = []
         keys: list[bytes] = []
         values: list[bytes | None] = []
         for i, family in enumerate(families):
-            wanted = by_cf[family]
+            wanted = by_cf.get(family, [])
             got = _rocks.multi_get(store.cf(family), wanted, store.path,
-                                   f"read what {family!r} held (undo capture)")
-            cf_ids.append(np.full(len(wanted), i, dtype=np.int32))
+                                   f"read what {family!r} held (undo capture)"
+                                   ) if wanted else []
+            told_keys, told = known.get(family, ([], []))
+            cf_ids.append(np.full(len(wanted) + len(told_keys), i, dtype=np.int32))
             keys.extend(wanted)
             values.extend(got)
+            keys.extend(told_keys)
+            values.extend(told)
         cf = np.concatenate(cf_ids) if cf_ids else np.zeros(0, dtype=np.int32)
         return _undo_table(families, cf, keys, values, note)
 
@@ -286,6 +333,9 @@ class Transaction:
                     raise JoinStateError(msg)
                 sink(self.blocks, records)
             else:
+                # Families this batch writes that are still to be created are created
+                # first (one re-open): the batch then holds live handles only.
+                store.create_pending({b.column_family for b in self.blocks})
                 wb = self._write_batch(records)
                 if self.undo is not None:
                     prefix, note = self.undo

@@ -345,7 +345,8 @@ def stage_store(storage: ShardStorage, key: str, options: StoreOptions | None, *
         shard = open_raw(storage, key, options, owner=owner, hint=hint)
         identity = _identity(path)
         if not keep or identity is None:
-            with shard.store, in_operation(storage, shard, undo, False, owner):
+            with shard.store, in_operation(storage, shard, undo, False, owner), \
+                    shard.store.families_together():
                 pipe = Pipeline(shard.store, pipeline, graph)
                 pipe.compile()
                 yield shard, pipe
@@ -355,7 +356,10 @@ def stage_store(storage: ShardStorage, key: str, options: StoreOptions | None, *
     else:
         shard = OpenShard(entry.store, key, "kept", entry.checkpoint)
     try:
-        with in_operation(storage, shard, undo, False, owner):
+        # A new store's families are created together, with the options the task's
+        # population gives them before its first write (Database.families_together).
+        with in_operation(storage, shard, undo, False, owner), \
+                entry.store.families_together():
             compiled = entry.pipelines.get(graph_key)
             if compiled is None:
                 compiled = Pipeline(entry.store, pipeline, graph)

@@ -284,9 +284,12 @@ class GroupState:
         put = np.flatnonzero(alive & ~unchanged)
         gone = np.flatnonzero(present & ~alive)
         put_values = new_enc.take(put).to_list()
-        keys = [gkey_list[i] for i in put.tolist()] + [gkey_list[i] for i in gone.tolist()]
+        written = put.tolist() + gone.tolist()
+        keys = [gkey_list[i] for i in written]
         values: list[bytes | None] = [*put_values, *([None] * len(gone))]
-        txn.put_many(self.cf, keys, values)
+        # ``raw`` is what these keys held before ``txn``: an undo capture need not read it.
+        txn.put_many(self.cf, keys, values,
+                     prior=None if txn.undo is None else [raw[i] for i in written])
         txn.add(self.cf, "entries", int((alive & ~present).sum()) - len(gone))
         txn.add(self.cf, "rows", checked_sum(n_new - n_old, f"rows of {self.cf}"))
         if writes is not None:

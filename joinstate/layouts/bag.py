@@ -32,6 +32,7 @@ from joinstate._probe import COST_SCAN_US, COST_SEEK_US, Entries, Rental
 from joinstate.errors import StateCorruptedError, WeightOverflowError
 from joinstate.layouts.base import RowLayout, split_counts
 from joinstate.names import is_keyed_cf
+from joinstate.transaction import ABSENT
 from joinstate.zset import checked_add, checked_sum, checked_sum_by, sort_order, sum_by
 
 if TYPE_CHECKING:
@@ -199,7 +200,8 @@ class BagLayout(RowLayout):
         if len(ins):
             keys = Bytes.concat_rows([base.take(ins), _seq_column(np.full(len(ins), seq))])
             values = Bytes.concat_rows([_i64_column(w[ins]), batch.enc.take(rows[ins])])
-            txn.put_many(self.cf, keys, values)
+            # New keys: ``seq`` is this batch's number, above every stored entry's.
+            txn.put_many(self.cf, keys, values, prior=ABSENT)
             entries_delta += len(ins)
         if len(dels):
             txn.note_read()
@@ -227,7 +229,12 @@ class BagLayout(RowLayout):
         qi = found.qi[order]
         seq_col = _seq_column(found.seq[order])
         keys = Bytes.concat_rows([base.take(dels[qi]), seq_col])
-        counts, deleted = self._rewrite(qi, keys, new_total, batch, rows[dels], txn)
+        # What each entry holds, for an undo capture: its count (exact in the map), then
+        # the row, whose encoding the entry's row hash is the hash of.
+        held = Bytes.concat_rows([_i64_column(found.count[order]),
+                                  batch.enc.take(rows[dels[qi]])]) \
+            if txn.undo is not None else None
+        counts, deleted = self._rewrite(qi, keys, new_total, batch, rows[dels], txn, held)
         in_found_order = np.empty_like(counts)
         in_found_order[order] = counts
         txn.after_commit(lambda: emap.set_counts(found, in_found_order))
@@ -242,7 +249,7 @@ class BagLayout(RowLayout):
         totals = self._totals(ent_row, ent_vals, batch.enc.take(rows[dels]), len(dels))
         new_total = self._check_totals(batch, rows, dels, totals, w)
         _, deleted = self._rewrite(ent_row, Bytes.from_list(ent_keys), new_total, batch,
-                                   rows[dels], txn)
+                                   rows[dels], txn, Bytes.from_list(ent_vals))
         return -deleted
 
     def _check_totals(self, batch: PreparedBatch, rows: np.ndarray, dels: np.ndarray,
@@ -257,11 +264,13 @@ class BagLayout(RowLayout):
         return new_total
 
     def _rewrite(self, ent_row: np.ndarray, keys: Bytes, new_total: np.ndarray,
-                 batch: PreparedBatch, del_rows: np.ndarray, txn: Transaction
-                 ) -> tuple[np.ndarray, int]:
+                 batch: PreparedBatch, del_rows: np.ndarray, txn: Transaction,
+                 held: Bytes | None) -> tuple[np.ndarray, int]:
         """Stage the writes of retracted rows whose entries are ``keys`` (grouped by row).
 
-        ``ent_row`` is each entry's position in ``del_rows``, the batch rows retracted.
+        ``ent_row`` is each entry's position in ``del_rows``, the batch rows retracted;
+        ``held`` what each entry holds now, if known (declared to the transaction: an
+        undo capture need not read it again).
 
         A row's first entry keeps its key and gets the new count, when that is > 0; every
         other entry is deleted.  Rewriting in place instead of appending a merged entry
@@ -278,10 +287,12 @@ class BagLayout(RowLayout):
         if len(keep):
             values = Bytes.concat_rows([_i64_column(counts[keep]),
                                         batch.enc.take(del_rows[ent_row[keep]])])
-            txn.put_many(self.cf, keys.take(keep).to_list(), values.to_list())
+            txn.put_many(self.cf, keys.take(keep).to_list(), values.to_list(),
+                         prior=None if held is None else list(held.take(keep).to_list()))
         if len(gone):
             deletes: list[bytes | None] = [None] * len(gone)
-            txn.put_many(self.cf, keys.take(gone).to_list(), deletes)
+            txn.put_many(self.cf, keys.take(gone).to_list(), deletes,
+                         prior=None if held is None else list(held.take(gone).to_list()))
         return counts, len(gone)
 
     def _totals(self, ent_row: np.ndarray, ent_vals: list[bytes], enc: Bytes, n: int
