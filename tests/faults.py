@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import rocksdict as rd
 
 import joinstate
 from joinstate import testing
@@ -240,3 +241,21 @@ def world_readable_tempdir() -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 p.chmod(0o755 if p.is_dir() else 0o644)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def dump_store(path: Path) -> dict[str, dict[bytes, bytes]]:
+    """Every key and value of every column family of the store at ``path``."""
+    names = list(rd.Rdict.list_cf(str(path), rd.Options(raw_mode=True)))
+    db = rd.Rdict(str(path), rd.Options(raw_mode=True),
+                  column_families={n: rd.Options(raw_mode=True) for n in names if n != "default"},
+                  access_type=rd.AccessType.read_only(False))
+    try:
+        out = {}
+        for n in names:
+            cf = db.get_column_family(n)
+            out[n] = dict(cf.items())
+            del cf
+        return out
+    finally:
+        db.close()
+        del db

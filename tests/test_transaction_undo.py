@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import rocksdict as rd
+from faults import dump_store as dump
 
 import joinstate
 from joinstate.names import undo_prefix
@@ -32,22 +32,6 @@ if TYPE_CHECKING:
 RIGHT = pa.schema([("k", pa.int32()), ("t", pa.int64()), ("v", pa.float64())])
 
 
-def dump(path: Path) -> dict[str, dict[bytes, bytes]]:
-    """Every key and value of every column family of the store at ``path``."""
-    names = list(rd.Rdict.list_cf(str(path), rd.Options(raw_mode=True)))
-    db = rd.Rdict(str(path), rd.Options(raw_mode=True),
-                  column_families={n: rd.Options(raw_mode=True) for n in names if n != "default"},
-                  access_type=rd.AccessType.read_only(False))
-    try:
-        out = {}
-        for n in names:
-            cf = db.get_column_family(n)
-            out[n] = dict(cf.items())
-            del cf
-        return out
-    finally:
-        db.close()
-        del db
 
 
 def delta(schema: pa.Schema, rows: list[tuple[Any, ...]], weights: list[int]) -> pa.Table:

@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from joinstate.physical import IndexPlan, PhysicalPlan
     from joinstate.transaction import Transaction
 
-__all__ = ["STRATEGIES", "Delta", "Operator", "OperatorBase", "OperatorRun", "PushContext",
-           "Strategies", "Strategy", "as_schema", "scan_probe"]
+__all__ = ["STRATEGIES", "Delta", "IndexedOperator", "Operator", "OperatorBase", "OperatorRun",
+           "PushContext", "Strategies", "Strategy", "as_schema", "scan_probe"]
 
 Delta = tuple[pa.Table, np.ndarray]
 """A change set inside a push: rows (the node's needed columns) and their weights."""
@@ -340,6 +340,32 @@ class OperatorBase(abc.ABC):
         w = np.concatenate([w for _, w in parts])
         idx, sums = self.consolidate(table, w)
         return table.take(pa.array(idx)), sums
+
+
+class IndexedOperator(OperatorBase):
+    """An operator whose own state is one index.
+
+    A window keeps its partitions' rows there, a key check its key holders; what the
+    runtime asks of that state (the index, its families, its verification) is answered
+    here once.
+    """
+
+    def __init__(self, node: Node, plan: PhysicalPlan) -> None:
+        super().__init__(node, plan)
+        self.index: Index | None = None
+
+    def state(self) -> Index:
+        """The opened index."""
+        assert self.index is not None, "open() the operator first"
+        return self.index
+
+    def column_families(self) -> tuple[str, ...]:
+        """The index's families."""
+        return self.index.column_families() if self.index is not None else ()
+
+    def own_indexes(self) -> list[Index]:
+        """The index this operator keeps (the runtime verifies and saves it)."""
+        return [self.index] if self.index is not None else []
 
 
 def scan_probe(index: Index, qcanon: Bytes) -> Entries:

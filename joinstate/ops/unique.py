@@ -44,7 +44,7 @@ from joinstate._source_rows import row_hashes
 from joinstate.errors import OverRetractionError, UniqueKeyViolationError
 from joinstate.keys import KeyCodec, key_plan
 from joinstate.names import index_cf
-from joinstate.ops.base import Delta, OperatorBase, PushContext
+from joinstate.ops.base import Delta, IndexedOperator, PushContext
 from joinstate.schema import WEIGHT
 from joinstate.side import Side
 
@@ -64,7 +64,7 @@ def unique_cf(pipeline: str, node: UniqueNode) -> str:
     return index_cf(f"{pipeline}~{node.label}~{node.source}", list(node.key))
 
 
-class UniqueOp(OperatorBase):
+class UniqueOp(IndexedOperator):
     """Keeps each key value's holder; refuses a second one (module docstring)."""
 
     node: UniqueNode
@@ -81,7 +81,6 @@ class UniqueOp(OperatorBase):
         self.holder = holder
         self.stored = pa.schema([in_schema.field(c) for c in node.key]
                                 + [pa.field(h, pa.int64(), nullable=False) for h in holder])
-        self.index: Index | None = None
         self.pipeline = ""
 
     def open(self, store: Database, pipeline: str) -> None:
@@ -97,19 +96,6 @@ class UniqueOp(OperatorBase):
         idx.restore_cache()
         self.index = idx
         self.pipeline = pipeline
-
-    def state(self) -> Index:
-        """The opened index."""
-        assert self.index is not None, "open() the operator first"
-        return self.index
-
-    def column_families(self) -> tuple[str, ...]:
-        """The index's families."""
-        return self.index.column_families() if self.index is not None else ()
-
-    def own_indexes(self) -> list[Index]:
-        """The index this operator keeps (the runtime verifies and saves it)."""
-        return [self.index] if self.index is not None else []
 
     def explain_state(self) -> list[str]:
         """What it keeps and what a push costs."""

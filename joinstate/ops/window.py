@@ -48,7 +48,7 @@ from joinstate.codec import RowCodec
 from joinstate.errors import StateCorruptedError, WeightOverflowError
 from joinstate.keys import KeyCodec, key_plan, row_hash
 from joinstate.names import window_rows_cf
-from joinstate.ops.base import Delta, OperatorBase, PushContext, as_schema
+from joinstate.ops.base import Delta, IndexedOperator, PushContext, as_schema
 from joinstate.schema import WEIGHT
 from joinstate.side import Side
 from joinstate.zset import consolidate
@@ -70,7 +70,7 @@ MAX_ROWS = 100_000_000
 partition (row_number and ROWS frames number them), expanded in memory."""
 
 
-class WindowOp(OperatorBase):
+class WindowOp(IndexedOperator):
     """Window functions of a :class:`~joinstate.nodes.WindowNode` over its input's rows."""
 
     node: WindowNode
@@ -89,7 +89,6 @@ class WindowOp(OperatorBase):
         tops = {c for c, _ in node.top}
         self.funcs = [f for f in node.funcs if f[0] in self.columns or f[0] in tops]
         self.types = [node.schema.field(f[0]).type for f in self.funcs]
-        self.index: Index | None = None
         self.match = _match_column(in_schema, node)
         """A column telling stored rows apart from a retracted one cheaply (see _after)."""
 
@@ -107,19 +106,6 @@ class WindowOp(OperatorBase):
             store.cf(name)
         idx.restore_cache()
         self.index = idx
-
-    def state(self) -> Index:
-        """The opened index."""
-        assert self.index is not None, "open() the operator first"
-        return self.index
-
-    def column_families(self) -> tuple[str, ...]:
-        """The index's families (rows, and its never-used NULL-key family)."""
-        return self.index.column_families() if self.index is not None else ()
-
-    def own_indexes(self) -> list[Index]:
-        """The index this operator keeps (the runtime verifies and saves it)."""
-        return [self.index] if self.index is not None else []
 
     recomputable = True
 
