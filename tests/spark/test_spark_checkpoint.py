@@ -173,6 +173,7 @@ def test_lost_and_stale_working_copies_are_restored(spark: SparkSession, tmp_pat
     assert restored == ["shard-00000", "shard-00001"]
 
 
+@pytest.mark.slow  # ~1 min: retention, re-attaching and a sink over checkpoint URIs
 def test_outputs_need_no_shared_state_dir(spark: SparkSession, tmp_path: Path) -> None:
     """With checkpoint_uri, operation outputs go to ``<checkpoint_uri>/_outputs`` (or
     ``output_uri``), which executors reach anyway; the driver's state_dir keeps only the
