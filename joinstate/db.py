@@ -63,8 +63,14 @@ from joinstate.errors import (
     StateCorruptedError,
     StateReadOnlyError,
 )
-from joinstate.intents import drop_durably, finish_interrupted, ingest_durably
+from joinstate.intents import (
+    drop_durably,
+    finish_interrupted,
+    ingest_durably,
+    write_then_ingest,
+)
 from joinstate.names import (
+    INGEST_INTENT_PREFIX,
     LAYOUT_VERSION_KEY,
     META_CF,
     counter_key,
@@ -289,8 +295,13 @@ class Database:
                         "files are missing from the database (a damaged MANIFEST?). Nothing "
                         "was changed; restore the directory from a copy or repopulate"
                     )
+                pending: set[str] = set()
+                for key in meta.keys(from_key=INGEST_INTENT_PREFIX):
+                    if not key.startswith(INGEST_INTENT_PREFIX):
+                        break
+                    pending.update(json.loads(meta[key])["files"])
                 for name in existing:
-                    if not (is_keyed_cf(name) or name.endswith(".nulls")):
+                    if not (is_keyed_cf(name) or name.endswith(".nulls")) or name in pending:
                         continue
                     raw = meta.get(counter_key(name, "entries"))
                     want = 0 if raw is None else int.from_bytes(raw, "big", signed=True)
@@ -626,6 +637,14 @@ class Database:
         see :mod:`joinstate.intents`.
         """
         ingest_durably(self, files, records)
+
+    def write_then_ingest(self, wb: rd.WriteBatch, files: Mapping[str, Sequence[str]]
+                          ) -> None:
+        """Write ``wb``, then ingest ``files`` into their families, crash-safely.
+
+        See :func:`joinstate.intents.write_then_ingest`.
+        """
+        write_then_ingest(self, wb, files)
 
     def drop_durably(self, cfs: Sequence[str], records: Sequence[Record]) -> None:
         """Drop column families and write ``records`` (a catalog entry deleted), crash-safely.

@@ -34,11 +34,17 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["Record", "drop_durably", "fill_records", "finish_interrupted", "ingest_durably"]
+__all__ = ["STAGING", "Record", "drop_durably", "fill_records", "finish_interrupted",
+           "ingest_durably", "write_then_ingest"]
 
 log = logging.getLogger(__name__)
 
 _PENDING = "ingest-pending"
+
+STAGING = "ingest-staging"
+"""Where a transaction writes the SST files of its blind inserts before
+:func:`write_then_ingest` moves them under ``ingest-pending/`` (left over only by a
+crash before its batch was written: removed at the next open)."""
 
 Record = tuple[bytes, bytes | None]
 """A ``__meta__`` write: key and value (None deletes the key)."""
@@ -111,6 +117,34 @@ def ingest_durably(db: OpenStore, files: Mapping[str, Sequence[str]],
     _complete_ingest(db, intent, doc)
 
 
+def write_then_ingest(db: OpenStore, wb: rd.WriteBatch, files: Mapping[str, Sequence[str]]
+                      ) -> None:
+    """Write ``wb`` and ingest ``files`` (per family), crash-safely, in that order.
+
+    For a transaction whose blind inserts went to SST files while the rest of its
+    writes (counters, markers, other families) are in ``wb``: the intent naming the
+    files is put into ``wb`` itself, so the batch and the promise to ingest become
+    durable together (through the WAL even where the store writes without it).  A
+    crash before the batch leaves only files, removed at the next open; a crash after
+    it is finished at the next open, before anything reads the state.
+    """
+    db.require_writable("write a batch and ingest files")
+    intent = uuid.uuid4().hex
+    pending = db.path / _PENDING / intent
+    with _rocks.rocks_errors(db.path, "stage files for ingestion"):
+        pending.mkdir(parents=True)
+        moved: dict[str, list[str]] = {}
+        for cf, paths in files.items():
+            for p in paths:
+                dest = pending / f"{len(moved.get(cf, ())):06d}-{file_safe(cf)}.sst"
+                os.replace(p, dest)
+                moved.setdefault(cf, []).append(dest.name)
+    doc: dict[str, Any] = {"files": moved, "records": []}
+    wb.put(ingest_intent_key(intent), json.dumps(doc).encode(), db.handle(META_CF))
+    db.write(wb, durable=True)
+    _complete_ingest(db, intent, doc)
+
+
 def _complete_ingest(db: OpenStore, intent: str, doc: dict[str, Any]) -> None:
     pending = db.path / _PENDING / intent
     for cf, names in doc["files"].items():
@@ -139,6 +173,7 @@ def _finish_ingests(db: OpenStore) -> None:
     leftovers = db.path / _PENDING
     if leftovers.exists() and not db.meta_keys(INGEST_INTENT_PREFIX):
         shutil.rmtree(leftovers, ignore_errors=True)
+    shutil.rmtree(db.path / STAGING, ignore_errors=True)
 
 
 def drop_durably(db: OpenStore, cfs: Sequence[str], records: Sequence[Record]) -> None:

@@ -65,7 +65,7 @@ from joinstate.schema import WEIGHT, conform_delta
 from joinstate.transaction import Transaction
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Collection, Mapping
 
     from joinstate.ops.base import Delta
     from joinstate.side import SideName
@@ -509,6 +509,7 @@ class Pipeline:
         progress: bytes | None = None,
         before_commit: Callable[[dict[str, pa.Table]], object] | None = None,
         sink: BulkSink | None = None, strategies: Strategies | Mapping[str, str] | None = None,
+        ingest: Collection[str] = (),
     ) -> dict[str, pa.Table]:
         """Apply a change set to ``source``; return every output's change set.
 
@@ -526,7 +527,9 @@ class Pipeline:
         ``strategies``: per operator label, ``"incremental"`` (the default) or
         ``"recompute"`` (read its input state by whole-index scans: same output and
         state); a :class:`~joinstate.ops.base.Strategies` also receives every operator's
-        timed run.
+        timed run.  ``ingest``: index column families whose blind inserts this push
+        writes as ingested SST files (:meth:`joinstate.transaction.Transaction.ingest_into`:
+        the same state, no memtable; a population's pushes use it).
 
         A source refuses a retraction of a row it does not hold (see
         :func:`joinstate.source`).
@@ -558,6 +561,8 @@ class Pipeline:
                 return replayed
             store.require_writable(f"push to source {source!r} of pipeline {self.name!r}")
             txn = Transaction(store)
+            if ingest:
+                txn.ingest_into(ingest)
             ctx = PushContext(txn, self._index, self.name, f"this push to {source!r}", chosen)
             first = self._ops[src.id].push([(table, w)], ctx)
             outs = self._run({src.id: first} if first is not None else {}, ctx)

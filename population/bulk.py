@@ -1,17 +1,11 @@
 """The bulk write path: batches become sorted SST files that RocksDB ingests.
 
-Why: a memtable insert of a random key costs ~2 µs per row from Python into a 64 MB
-skip list, and every row is written again by flush and compaction; a sorted SST file
-costs ~0.6 µs per row to write and is ingested in ~15 ms with no memtable and no WAL.
-Only *blind appends* qualify: indexes whose inserts never read state
-(:attr:`joinstate.IndexInfo.appends_blindly`).  Writes of one side are accumulated into
-runs of ``run_rows`` rows, so fewer, larger files reach L0.  Pending runs are invisible
-to readers, so the driver ingests a side's pending run before anything reads that side
-(a push to the other side probes it; a delete reads its own side).
-
-An ``SstFileWriter`` must be built with the options of the column family its file is
-ingested into (:meth:`joinstate.StateStore.cf_options`), and it accepts only strictly
-ascending keys, which :func:`_sorted_order` guarantees (or reports a duplicate).
+Why: see :mod:`joinstate.sstfiles` (which writes the files).  Only *blind appends*
+qualify: indexes whose inserts never read state
+(:attr:`joinstate.IndexInfo.appends_blindly`).  Writes of one side are accumulated
+into runs of ``run_rows`` rows, so fewer, larger files reach L0.  Pending runs are
+invisible to readers, so the driver ingests a side's pending run before anything reads
+that side (a push to the other side probes it; a delete reads its own side).
 """
 
 from __future__ import annotations
@@ -22,12 +16,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import rocksdict as rd
 
-from joinstate import StateCorruptedError
+from joinstate.sstfiles import write_sst
 from population.errors import BulkLoadRefused
 
 if TYPE_CHECKING:
@@ -133,14 +124,9 @@ class SstIngester:
             values = pa.concat_arrays(value_chunks)
             key_chunks.clear()
             value_chunks.clear()
-            order = _sorted_order(keys)
             self._seq += 1
             path = self.tmp / f"{self._seq:06d}.sst"
-            writer = rd.SstFileWriter(options=self.store.cf_options(cf))
-            writer.open(str(path))
-            _write_sorted(writer, keys, values, order)
-            writer.finish()
-            size = _cache_file(path)
+            size = write_sst(self.store.cf_options(cf), path, keys, values)
             files[cf] = [str(path)]
             self.bytes += size
             self.files[side] = self.files.get(side, 0) + 1
@@ -165,62 +151,3 @@ class SstIngester:
         self.pending_rows.clear()
         self.records.clear()
         remove_staging(self.store.path, self.join)
-
-
-def _cache_file(path: Path) -> int:
-    """Read a finished SST file once, so its pages are in the OS page cache; its size.
-
-    RocksDB's SST writer drops the pages it wrote from the page cache; the ingested file
-    (the same inode: ingestion moves it) would then be read from disk by every later
-    probe and retraction (measured: ~145 µs a seek instead of ~10 µs at 2.9M rows).  One
-    sequential read costs a fraction of writing the file.
-    """
-    size = 0
-    with path.open("rb", buffering=0) as f:
-        while chunk := f.read(8 << 20):
-            size += len(chunk)
-    return size
-
-
-_PUT_ROWS = 4096
-"""Rows made into Python ``bytes`` at a time for the SST writer.
-
-The objects of one slice are freed before the next is made, so the writer loop reuses
-the same few megabytes of heap instead of touching fresh pages for the whole run.
-"""
-
-
-def _write_sorted(writer: rd.SstFileWriter, keys: pa.Array, values: pa.Array,
-                  order: np.ndarray, rows: int = _PUT_ROWS) -> None:
-    """Put ``keys[order[i]] -> values[order[i]]`` in order, ``rows`` at a time."""
-    for lo in range(0, len(order), rows):
-        idx = pa.array(order[lo:lo + rows])
-        for k, v in zip(keys.take(idx).to_pylist(), values.take(idx).to_pylist(),
-                        strict=True):
-            writer[k] = v
-
-
-def _sorted_order(keys: pa.Array) -> np.ndarray:
-    """Positions of ``keys`` (``large_binary``) in ascending byte order; raises on a duplicate.
-
-    Equal-length keys (integer join keys: prefix + key + row hash + seq) are sorted by
-    numpy as fixed-width byte strings, which compare like memcmp; others by Arrow, whose
-    binary order is also bytewise.
-    """
-    n = len(keys)
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset:keys.offset + n + 1]
-    lengths = np.diff(offsets)
-    if n and lengths[0] > 0 and bool((lengths == lengths[0]).all()):
-        data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-        arr = data.view(f"S{int(lengths[0])}")
-        order = np.argsort(arr)  # keys are unique (checked below): stability is moot
-        s = arr[order]
-        duplicate = n > 1 and bool((s[1:] == s[:-1]).any())
-    else:
-        order = np.asarray(pc.sort_indices(keys), dtype=np.int64)
-        s = keys.take(pa.array(order))
-        duplicate = n > 1 and bool(pc.any(pc.equal(s.slice(1), s.slice(0, n - 1))).as_py())
-    if duplicate:
-        msg = "bulk load: the index produced one key twice in a run"
-        raise StateCorruptedError(msg)
-    return order

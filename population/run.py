@@ -118,6 +118,12 @@ class Run:
         self.ingester = (SstIngester(store, strategy.bulk_run_rows, target.owner)
                          if strategy.bulk else None)
         self.bulk_inputs = {s for s in inputs if strategy.bulk and target.bulk_loadable(s)}
+        # A pipeline's pushes write their blind inserts (new index and source-record
+        # entries) as SST files ingested with the push: the same state, without the
+        # memtable insert, flush and compactions of rows written once.
+        self.push_options: dict[str, Any] = (
+            {"ingest": frozenset(target.column_families())}
+            if getattr(target, "kind", "") == "pipeline" else {})
         self.t0 = time.perf_counter()
         self.sampler = Sampler(store, target.column_families(), sample_interval,
                                self.dispatch, l0_limit=strategy.l0_limit,
@@ -267,7 +273,8 @@ class Run:
         if outs is None:
             # Deliver first, then make the batch durable (see the module docstring).
             self.target.push_change(name, batch, progress=marker,
-                                    before_commit=lambda o: self.deliver(at, o))
+                                    before_commit=lambda o: self.deliver(at, o),
+                                    **self.push_options)
         else:
             self.deliver(at, outs)  # durable only once its run is ingested
             assert ing is not None

@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 
 from joinstate.schema import WEIGHT
 from spark_io import handover, storekeeper
+from spark_io._profile import TaskUsage
 from spark_io._worker import OUTPUT_PARQUET, UndoPlan, options_from_dict
 from spark_io.errors import (
     SparkIOError,
@@ -229,7 +230,7 @@ class StageTask:
                 yield from done
                 return
             records = given
-        t0 = time.perf_counter()
+        t0, usage = time.perf_counter(), TaskUsage()
         plan = self.plan.get()
         st = plan.stages[self.stage]
         report: dict[str, Any] = {"stage": self.stage, "shard": shard, "pid": os.getpid()}
@@ -260,6 +261,7 @@ class StageTask:
             spool.close()
             shutil.rmtree(spool_dir, ignore_errors=True)
         report["seconds"] = round(time.perf_counter() - t0, 4)
+        report.update(usage.report())
         yield (shard, (REPORT, report))
 
     def _run(self, plan: DistributedPlan, st: Any, shard: int, spool: _Spool,

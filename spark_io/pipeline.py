@@ -79,7 +79,7 @@ from joinstate.names import pipeline_owner, validate_name
 from joinstate.schema import check_column_types
 from planner.distribute import DistributedPlan, from_decisions, plan_distribution
 from planner.stats import SourceStats, given
-from spark_io import args, handover
+from spark_io import args, handover, warmup
 from spark_io._worker import RollbackTask, UndoPlan, open_store, options_from_dict, options_to_dict
 from spark_io.dag import ChangeRef, OperationResult, OperationSpec, run_operation, stage_key
 from spark_io.errors import PopulationStateError, SparkIOError
@@ -187,6 +187,7 @@ class SparkPipeline:
         self.batch_rows = batch_rows
         self.last_report: SparkReport | None = None
         self.last_timings: dict[str, float] = {}
+        self._warmed = False
         """Seconds of the last operation's parts on the driver (change, job, outputs...)."""
         self._manifest = stored
         self._stats = dict(stats or {})
@@ -395,9 +396,11 @@ class SparkPipeline:
                                  batch_rows=self.batch_rows, owes=True,
                                  order=tuple(order) if order is not None else None)
             try:
+                warm = self._warm_up()
                 result = run_operation(self.spark, plan, self._plan_ref(), spec,
                                        self._storage(), options_to_dict(self.options),
                                        ChangeRef(files=files, rows=rows))
+                warm()
                 clock.lap("job")
             except BaseException as exc:
                 self._wipe()
@@ -597,9 +600,11 @@ class SparkPipeline:
                                  forget=forget)
             clock.lap("plan")
             try:
+                warm = self._warm_up()
                 result = run_operation(self.spark, plan, self._plan_ref(), spec,
                                        self._storage(), options_to_dict(self.options),
                                        ChangeRef(tables=tables, files=files, rows=counts))
+                warm()
             except BaseException as exc:
                 if not replay:
                     self._ops.abort(rec, exc, lambda r: self._rollback(r.op))
@@ -713,6 +718,17 @@ class SparkPipeline:
             paths = _parquet_in(spill)
             return paths, (*schema.names, WEIGHT), True, _rows_in(paths)
         return _snapshot_paths(source, value, schema)
+
+    def _warm_up(self) -> Callable[[], None]:
+        """The session's one-time read set-up, in a thread during this pipeline's first job.
+
+        See :mod:`spark_io.warmup`; returns the function that waits for it.
+        """
+        if self._warmed or not self.outputs:
+            return lambda: None
+        self._warmed = True
+        name = self.outputs[0]
+        return warmup.start(self.spark, self.graph.output_schema(name), self.output_schema(name))
 
     def _recorded_outputs(self, op: str) -> dict[str, DataFrame]:
         out_dir = self._outputs.child(op)

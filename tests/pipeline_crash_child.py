@@ -5,7 +5,11 @@ Usage: ``python tests/pipeline_crash_child.py '<json>'`` with ``path``, ``out`` 
 directory: every delivered output is written there as ``<source>-<index>.arrow`` before
 the sink returns, and every committed live push as ``live-<i>.arrow``), ``resume`` and
 ``kill``: ``[point, n]`` with point ``commit-before`` / ``commit`` (before / after a
-``Transaction.commit``) or ``none``.  The points are monkey patches of this process only.
+``Transaction.commit``), ``ingest-intent`` / ``ingest-done`` (a push whose blind inserts
+went to SST files: its batch, holding the intent, written and no file ingested yet /
+every file ingested and the intent removed) or ``none``.  ``ingest_min_rows`` (optional)
+lowers the rows a family needs for its inserts to go to an SST file, so that this small
+population's pushes take that path.  The points are monkey patches of this process only.
 """
 
 from __future__ import annotations
@@ -24,14 +28,30 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_population_pipeline import build, data, live_batches
 
 import joinstate
+import joinstate.intents
+import joinstate.transaction
 import population
 from joinstate.transaction import Transaction
 
 
 def main(spec: dict[str, Any]) -> None:
     point, n = spec["kill"]
-    counts = {"commit-before": 0, "commit": 0}
+    counts = {"commit-before": 0, "commit": 0, "ingest-intent": 0, "ingest-done": 0}
     original = Transaction.commit
+    if spec.get("ingest_min_rows") is not None:
+        joinstate.transaction.INGEST_MIN_ROWS = spec["ingest_min_rows"]
+    complete = joinstate.intents._complete_ingest  # noqa: SLF001 (a kill point)
+
+    def complete_ingest(*args: Any) -> None:
+        counts["ingest-intent"] += 1
+        if point == "ingest-intent" and counts["ingest-intent"] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        complete(*args)
+        counts["ingest-done"] += 1
+        if point == "ingest-done" and counts["ingest-done"] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    joinstate.intents._complete_ingest = complete_ingest  # noqa: SLF001
 
     def commit(self: Transaction, sink: Any = None) -> None:
         counts["commit-before"] += 1

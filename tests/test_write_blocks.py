@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 import joinstate
 from joinstate import WriteBlock
 from joinstate._bytes import Bytes
-from population.bulk import _sorted_order, _write_sorted
+from joinstate.sstfiles import sorted_order as _sorted_order
+from joinstate.sstfiles import write_sorted as _write_sorted
 
 if TYPE_CHECKING:
     from pathlib import Path
