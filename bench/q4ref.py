@@ -49,11 +49,14 @@ class Reference:
     reference always reads what the workload holds after its last change.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, memory_limit: str | None = None) -> None:
         import duckdb
 
         self.con: duckdb.DuckDBPyConnection = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
+        if memory_limit is not None:  # DuckDB's default is 80% of RAM: a run that also
+            # holds the tables and stores itself can run out of memory at SF10
+            self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self.sql_year_total, self.sql_answer, self.sql_limited = reference_sql()
 
     def close(self) -> None:

@@ -141,7 +141,7 @@ def run(sf: float = 0.01, shards: int = 2, share: float = 0.001, seed: int = 0,
                            "verified_keys": verified_keys,
                            "rows": {n: t.num_rows for n, t in tables.items()}, "checks": [],
                            "targets": TARGETS}
-    ref = q4.Reference()
+    ref = q4.Reference(memory_limit="4GB")
     spark = spark_io.local_session("joinstate-q4spark")
     inproc, onspark = q4.Integrated(), q4.Integrated()
 

@@ -52,6 +52,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -169,7 +170,7 @@ class ChangeRef:
                 if not weighted:
                     table = table.append_column(
                         pa.field(WEIGHT, pa.int64(), nullable=False),
-                        pa.array([1] * table.num_rows, pa.int64()))
+                        pa.array(np.ones(table.num_rows, np.int64)))
                 yield from deliveries(plan, stage, shard, source, table)
 
 
