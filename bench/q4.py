@@ -306,16 +306,32 @@ class Integrated:
     timed pushes pay nothing for the bookkeeping.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit_rows: int | None = None) -> None:
         self.pending: dict[str, list[pa.Table]] = {}
         self.deltas = 0
+        self.limit_rows = limit_rows
+        self.seconds = 0.0
+        """Seconds :meth:`add` spent consolidating (a caller timing pushes subtracts them)."""
 
     def add(self, outs: Mapping[str, pa.Table]) -> None:
-        """Record one push's output deltas."""
+        """Record one push's output deltas.
+
+        With ``limit_rows``, an output whose kept deltas exceed that many rows is
+        consolidated on the spot (an aggregate's every push retracts and re-emits the
+        groups it touched: at SF10 a population returns ~75M rows of ``year_total``
+        changes, which kept whole would not fit in memory beside the tables).
+        """
         for name, d in outs.items():
             if d.num_rows:
-                self.pending.setdefault(name, []).append(d)
+                parts = self.pending.setdefault(name, [])
+                parts.append(d)
                 self.deltas += 1
+                if self.limit_rows is not None and \
+                        sum(t.num_rows for t in parts) > self.limit_rows:
+                    t0 = time.perf_counter()
+                    self.pending[name] = [consolidate(pa.concat_tables(
+                        parts, promote_options="permissive").combine_chunks())]
+                    self.seconds += time.perf_counter() - t0
 
     def state(self, name: str) -> pa.Table:
         """Output ``name`` as a multiset of rows (raises if a weight went negative)."""

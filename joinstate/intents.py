@@ -99,16 +99,7 @@ def ingest_durably(db: OpenStore, files: Mapping[str, Sequence[str]],
     values).  So the data and the counters describing it become durable together.
     """
     db.require_writable("ingest files")
-    intent = uuid.uuid4().hex
-    pending = db.path / _PENDING / intent
-    with _rocks.rocks_errors(db.path, "stage files for ingestion"):
-        pending.mkdir(parents=True)
-        moved: dict[str, list[str]] = {}
-        for cf, paths in files.items():
-            for p in paths:
-                dest = pending / f"{len(moved.get(cf, ())):06d}-{file_safe(cf)}.sst"
-                os.replace(p, dest)
-                moved.setdefault(cf, []).append(dest.name)
+    intent, moved = _stage(db, files)
     doc = {"files": moved, "records": [[k.hex(), None if v is None else v.hex()]
                                        for k, v in records]}
     wb = rd.WriteBatch(raw_mode=True)
@@ -129,6 +120,16 @@ def write_then_ingest(db: OpenStore, wb: rd.WriteBatch, files: Mapping[str, Sequ
     it is finished at the next open, before anything reads the state.
     """
     db.require_writable("write a batch and ingest files")
+    intent, moved = _stage(db, files)
+    doc: dict[str, Any] = {"files": moved, "records": []}
+    wb.put(ingest_intent_key(intent), json.dumps(doc).encode(), db.handle(META_CF))
+    db.write(wb, durable=True)
+    _complete_ingest(db, intent, doc)
+
+
+def _stage(db: OpenStore, files: Mapping[str, Sequence[str]]
+           ) -> tuple[str, dict[str, list[str]]]:
+    """Move ``files`` under a new intent's pending folder: its id, and the names per family."""
     intent = uuid.uuid4().hex
     pending = db.path / _PENDING / intent
     with _rocks.rocks_errors(db.path, "stage files for ingestion"):
@@ -139,10 +140,7 @@ def write_then_ingest(db: OpenStore, wb: rd.WriteBatch, files: Mapping[str, Sequ
                 dest = pending / f"{len(moved.get(cf, ())):06d}-{file_safe(cf)}.sst"
                 os.replace(p, dest)
                 moved.setdefault(cf, []).append(dest.name)
-    doc: dict[str, Any] = {"files": moved, "records": []}
-    wb.put(ingest_intent_key(intent), json.dumps(doc).encode(), db.handle(META_CF))
-    db.write(wb, durable=True)
-    _complete_ingest(db, intent, doc)
+    return intent, moved
 
 
 def _complete_ingest(db: OpenStore, intent: str, doc: dict[str, Any]) -> None:
