@@ -572,8 +572,11 @@ def q4(sf: float, sizes: tuple[float, ...], repeat: int, out: Path, no_unshared:
 @out_option()
 @workdir_option("Keep the Spark state and inputs here (default: a temporary directory, "
                 "removed after).")
+@click.option("--populate-only", is_flag=True, default=False,
+              help="Only the two populations and their checks (SF10 on a 24 GB machine: "
+                   "the in-process pipeline's memory for retractions does not fit).")
 def q4spark(sf: float, shards: int, share: float, seed: int, out: Path,
-            workdir: Path | None) -> int:
+            workdir: Path | None, populate_only: bool) -> int:
     """TPC-DS q4 on local Spark (spark_io.SparkPipeline) beside in-process, checked.
 
     Population and change batches (the four kinds together) in-process and as
@@ -587,10 +590,12 @@ def q4spark(sf: float, shards: int, share: float, seed: int, out: Path,
     Examples:
       joinstate bench q4spark
       joinstate bench q4spark --sf 0.01 --shards 2 --share 0.001
+      joinstate bench q4spark --sf 10 --populate-only
     """
     from bench import q4spark as q4spark_suite
 
-    res = q4spark_suite.run(sf, shards, share, seed, out, workdir)
+    res = q4spark_suite.run(sf, shards, share, seed, out, workdir,
+                            populate_only=populate_only)
     click.echo(f"\nreport: {out / 'q4-spark.md'} (and q4-spark.json)")
     if not res["ok"]:
         return _check_failed(": the Spark pipeline's outputs differ from DuckDB's")
