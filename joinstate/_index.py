@@ -170,6 +170,22 @@ class Index:
     def prepare(self, delta: pa.Table | pa.RecordBatch) -> PreparedBatch:
         """Conform, encode and consolidate a delta (cancelling +1/-1 of the same row)."""
         table, w = conform_delta(self.schema, delta, self.label)
+        return self.prepare_rows(table, w)
+
+    def prepare_rows(self, table: pa.Table, w: np.ndarray) -> PreparedBatch:
+        """:meth:`prepare` for rows and int64 weights given apart (a pipeline's change).
+
+        Rows already in the index's schema (the columns a pipeline's plan stores, as
+        its operators produce them) are taken as they are; anything else is conformed
+        (cast, checked) as :meth:`prepare` does, which costs ~0.2 ms per call even when
+        nothing changes.  Either way the columns come out as one chunk each.
+        """
+        if not table.schema.equals(self.schema) or any(
+                c.null_count for c, f in zip(table.columns, self.schema, strict=True)
+                if not f.nullable):
+            table, _ = conform_delta(self.schema, table, self.label)
+        elif any(c.num_chunks != 1 for c in table.columns):
+            table = table.combine_chunks()
         enc = self.row_codec.encode(table)
         rh = row_hash(enc)
         idx, w = consolidate(rh, enc, w, f"{self.label} side: the summed weight of a row")

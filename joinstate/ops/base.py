@@ -41,7 +41,6 @@ from joinstate._probe import Entries
 from joinstate.codec import RowCodec
 from joinstate.errors import ExpressionError, SchemaMismatchError
 from joinstate.keys import row_hash
-from joinstate.schema import WEIGHT
 from joinstate.zset import consolidate
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ if TYPE_CHECKING:
     from joinstate.transaction import Transaction
 
 __all__ = ["STRATEGIES", "Delta", "IndexedOperator", "Operator", "OperatorBase", "OperatorRun",
-           "PushContext", "Strategies", "Strategy", "as_schema", "scan_probe"]
+           "PushContext", "Strategies", "Strategy", "as_schema", "cancel_rows", "scan_probe"]
 
 Delta = tuple[pa.Table, np.ndarray]
 """A change set inside a push: rows (the node's needed columns) and their weights."""
@@ -205,8 +204,8 @@ class PushContext:
         table, w = plan.rows_to_store(*delta)
         if not table.num_rows:
             return
-        batch = idx.prepare(table.select(plan.stored_columns).append_column(
-            pa.field(WEIGHT, pa.int64()), pa.array(w, pa.int64())))
+        batch = idx.prepare_rows(table.select(plan.stored_columns),
+                                 np.ascontiguousarray(w, dtype=np.int64))
         if batch.rows:
             idx.stage(batch, self.txn)
             self.txn.after_commit(functools.partial(idx.after_write, batch))
@@ -316,20 +315,31 @@ class OperatorBase(abc.ABC):
         """
         out: list[Delta | None] = []
         for pos, d in enumerate(ins):
-            if d is None or len(d[1]) < 2 or not ((d[1] < 0).any() and (d[1] > 0).any()):
+            if d is None:
                 out.append(d)
                 continue
             table, w = d
-            codec = self._input_codecs.get(pos)
-            if codec is None:
-                codec = self._input_codecs[pos] = RowCodec(
-                    self.plan.schemas[self.node.inputs[pos].id])
-            enc = codec.encode(table)
-            idx, sums = consolidate(row_hash(enc), enc, w,
-                                    f"{self.node.label}: the summed weight of an input row")
-            out.append(None if not len(sums) else
-                       (d if len(sums) == len(w) else (table.take(pa.array(idx)), sums)))
+            kept = self.cancel_rows(pos, table, w)
+            if kept is None:
+                out.append(d)
+                continue
+            idx, sums = kept
+            out.append(None if not len(sums) else (table.take(pa.array(idx)), sums))
         return out
+
+    def cancel_rows(self, pos: int, table: pa.Table, w: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Input ``pos``'s change consolidated: ``(row positions, summed weights)``.
+
+        None when nothing can cancel or nothing did (the change stays as it is): fewer
+        than two rows, or no row retracted or none inserted.
+        """
+        codec = self._input_codecs.get(pos)
+        if codec is None:
+            codec = self._input_codecs[pos] = RowCodec(
+                self.plan.schemas[self.node.inputs[pos].id])
+        return cancel_rows(table, w, codec,
+                           f"{self.node.label}: the summed weight of an input row")
 
     def consolidated(self, parts: list[Delta]) -> Delta | None:
         """The non-empty ``parts`` concatenated and consolidated (None if nothing is left)."""
@@ -366,6 +376,21 @@ class IndexedOperator(OperatorBase):
     def own_indexes(self) -> list[Index]:
         """The index this operator keeps (the runtime verifies and saves it)."""
         return [self.index] if self.index is not None else []
+
+
+def cancel_rows(table: pa.Table, w: np.ndarray, codec: RowCodec, what: str
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of a change consolidated: ``(row positions, summed weights)``.
+
+    None when nothing can cancel or nothing did (the change stays as it is): fewer than
+    two rows, or no row retracted or none inserted (a change that cannot cancel is not
+    hashed).  A row consolidated is named by its first position.
+    """
+    if len(w) < 2 or not ((w < 0).any() and (w > 0).any()):
+        return None
+    enc = codec.encode(table)
+    idx, sums = consolidate(row_hash(enc), enc, w, what)
+    return None if len(sums) == len(w) else (idx, sums)
 
 
 def scan_probe(index: Index, qcanon: Bytes) -> Entries:

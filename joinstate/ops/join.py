@@ -62,21 +62,39 @@ class JoinOp(KeyedOperator):
     def push(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
         """ΔS ⋈ O for an inner join with one changed input, else a recomputation.
 
-        A change that cancels out (``-X, +X``) is consolidated first: it changes nothing,
-        and probed it would fan out.
+        A change that cancels out (``-X, +X``) is consolidated: it changes nothing, and
+        probed it would fan out.  It is consolidated before probing, so the keys of
+        what cancels are not read, unless the other input's index is held in memory
+        with one entry per key (a dimension): then the probe is a hash lookup that finds
+        at most one row per changed key, and only the rows whose key found a partner
+        are consolidated, after it (:meth:`one_side`).  A change that has fanned out
+        from a dimension row reaches the next join as thousands of rows, most of whose
+        keys a filtered dimension does not hold: hashing them all to find the few that
+        cancel would cost more than the lookup.
         """
+        if self.node.how == "inner" and sum(d is not None for d in ins) == 1:
+            s = 0 if ins[0] is not None else 1
+            other = ctx.index(self.readers[1 - s].plan)
+            held = other.cache is not None and other.layout.one_entry_per_key
+            return self.one_side(ins if held else self.cancelled(ins), ctx,
+                                 cancel_matched=held)
         ins = self.cancelled(ins)
         if all(d is None for d in ins):
             return None
-        if self.node.how == "inner" and sum(d is not None for d in ins) == 1:
-            return self.one_side(ins, ctx)
         return self.recompute(ins, ctx)
 
-    def one_side(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
-        """ΔS ⋈ O: probe the other input's index with the changed keys."""
+    def one_side(self, ins: list[Delta | None], ctx: PushContext, *,
+                 cancel_matched: bool = False) -> Delta | None:
+        """ΔS ⋈ O: probe the other input's index with the changed keys.
+
+        ``cancel_matched``: consolidate the changed rows whose key was found (those
+        that pair) before pairing them; rows of other keys pair with nothing, so
+        consolidating all rows or only these gives the same output.
+        """
         s = 0 if ins[0] is not None else 1
         d = ins[s]
-        assert d is not None
+        if d is None:  # the whole change cancelled out
+            return None
         table, w = d
         canon, khash, nn = self.keys(s, table)
         if not len(nn):
@@ -90,6 +108,18 @@ class JoinOp(KeyedOperator):
                          index.schema)
         if not len(found.w):
             return None
+        if cancel_matched:
+            hit = np.zeros(len(kg), dtype=bool)
+            hit[found.q] = True
+            rows = nn[hit[kg.inv]]
+            if len(rows) < table.num_rows:
+                table, w, inv = table.take(pa.array(rows)), w[rows], inv[rows]
+            kept = self.cancel_rows(s, table, w)
+            if kept is not None:
+                idx, w = kept
+                if not len(w):
+                    return None
+                table, inv = table.take(pa.array(idx)), inv[idx]
         parts = self.rule.pairs(table, w, inv, found, len(kg), s)
         return parts[0] if parts else None
 
