@@ -144,7 +144,7 @@ def test_driver_killed_at_seeded_points(spark: SparkSession, tmp_path: Path, dri
             if p.split(":")[1] in ("job", "write") for i in range(1, c + 1)]
     rng = random.Random(f"{driver}-{checkpoint}")
     chosen = rng.sample(menu, min(6, len(menu)))
-    if driver == "pipeline":
-        chosen.append(("after:control", 1))
+    if driver == "pipeline":  # after the population's job, before its last step
+        chosen.append(("before:finish", 1))
     for n, kill in enumerate(chosen):
         killed_and_resumed(spark, tmp_path / f"kill-{n}", driver, checkpoint, kill)
