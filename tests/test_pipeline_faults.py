@@ -165,6 +165,47 @@ def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
         assert as_rows(p.read("totals")) == expected([*committed, (0, 5)], b_rows)
 
 
+def test_disk_full_during_pushes_written_as_sst_files(
+        small_disk: Tmpfs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while pushes write their inserts as SST files and ingest them (the
+    path of population pushes): a named error, the failed push applied nowhere, and the
+    store reopened on a bigger disk holds exactly the committed pushes."""
+    import joinstate.transaction
+
+    monkeypatch.setattr(joinstate.transaction, "INGEST_MIN_ROWS", 1)
+    path = small_disk.path / "store"
+    store = joinstate.StateStore(path)
+    p = joinstate.Pipeline(store, "d", define())
+    p.push("b", delta(B, np.arange(0, 10**6, 1000), ["y" * 50] * 1000))
+    families = p.column_families()
+    committed: list[tuple[int, int]] = []
+    failure: BaseException | None = None
+    for b in range(400):
+        keys = np.arange(b * 1000, (b + 1) * 1000) // 1000 * 1000 + np.arange(1000) % 7
+        values = list(range(b * 1000, (b + 1) * 1000))  # distinct rows: no consolidation
+        try:
+            p.push("a", delta(A, keys, values), commit_id=f"a{b}", ingest=families)
+        except Exception as exc:
+            failure = exc
+            break
+        committed += [(int(k), v) for k, v in zip(keys, values, strict=True)]
+    assert failure is not None, "4 MiB never filled"
+    assert len(committed) >= 2000, len(committed)  # several pushes went through the files
+    assert isinstance(failure, joinstate.StateIOError), f"{type(failure)!r}: {failure}"
+    store.close()
+    small_disk.resize("64m")
+    b_rows = [(int(k), "y" * 50) for k in np.arange(0, 10**6, 1000)]
+    with joinstate.StateStore(path) as store:
+        p = joinstate.Pipeline(store, "d", define())
+        assert as_rows(p.read("totals")) == expected(committed, b_rows)
+        n = len(committed) // 1000
+        assert p.committed(f"a{n - 1}")
+        assert not p.committed(f"a{n}")
+        store.verify()  # raises if a count disagrees with its files or counters
+        p.push("a", delta(A, np.array([0]), [5]), ingest=families)  # writable again
+        assert as_rows(p.read("totals")) == expected([*committed, (0, 5)], b_rows)
+
+
 # ---- a flipped byte in a pipeline's state --------------------------------------------------
 
 CORRUPT_ROWS = 20_000
