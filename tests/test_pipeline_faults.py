@@ -131,45 +131,27 @@ def small_disk(tmp_path: Path) -> Iterator[Tmpfs]:
     yield from mount_small_disk(tmp_path / "disk", "4m")
 
 
-def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs) -> None:
-    path = small_disk.path / "store"
-    store = joinstate.StateStore(path)
-    p = joinstate.Pipeline(store, "d", define())
-    p.push("b", delta(B, np.arange(0, 10**6, 1000), ["y" * 50] * 1000))
+def fill(p: joinstate.Pipeline, **push: Any) -> tuple[list[tuple[int, int]], BaseException]:
+    """Push 1,000-row batches to ``a`` until one fails: the rows committed, the failure."""
     committed: list[tuple[int, int]] = []
-    failure: BaseException | None = None
     for b in range(400):
         keys = np.arange(b * 1000, (b + 1) * 1000) // 1000 * 1000 + np.arange(1000) % 7
         values = list(range(b * 1000, (b + 1) * 1000))  # distinct rows: no consolidation
         try:
-            p.push("a", delta(A, keys, values), commit_id=f"a{b}")
+            p.push("a", delta(A, keys, values), commit_id=f"a{b}", **push)
         except Exception as exc:
-            failure = exc
-            break
+            return committed, exc
         committed += [(int(k), v) for k, v in zip(keys, values, strict=True)]
-    assert failure is not None, "4 MiB never filled"
-    assert isinstance(failure, joinstate.StateIOError), f"{type(failure)!r}: {failure}"
-    with pytest.raises(joinstate.StateIOError):
-        p.push("a", delta(A, np.array([0]), [1]))
-    store.close()
-    store.close()
-    small_disk.resize("64m")
-    b_rows = [(int(k), "y" * 50) for k in np.arange(0, 10**6, 1000)]
-    with joinstate.StateStore(path) as store:
-        p = joinstate.Pipeline(store, "d", define())
-        assert as_rows(p.read("totals")) == expected(committed, b_rows)
-        n = len(committed) // 1000
-        assert p.committed(f"a{n - 1}")
-        assert not p.committed(f"a{n}")
-        p.push("a", delta(A, np.array([0]), [5]))  # writable again
-        assert as_rows(p.read("totals")) == expected([*committed, (0, 5)], b_rows)
+    raise AssertionError("4 MiB never filled")
 
 
-def test_disk_full_during_pushes_written_as_sst_files(
-        small_disk: Tmpfs, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The disk fills while pushes write their inserts as SST files and ingest them (the
-    path of population pushes): a named error, the failed push applied nowhere, and the
-    store reopened on a bigger disk holds exactly the committed pushes."""
+@pytest.mark.parametrize("through_files", [False, True], ids=["write-batch", "sst-files"])
+def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs, monkeypatch: pytest.MonkeyPatch,
+                                          through_files: bool) -> None:
+    """The disk fills during pushes (``sst-files``: pushes that write their inserts as
+    ingested SST files, the path of population pushes): a named error, the failed push
+    applied nowhere, and the store reopened on a bigger disk holds exactly the committed
+    pushes and takes more."""
     import joinstate.transaction
 
     monkeypatch.setattr(joinstate.transaction, "INGEST_MIN_ROWS", 1)
@@ -177,21 +159,13 @@ def test_disk_full_during_pushes_written_as_sst_files(
     store = joinstate.StateStore(path)
     p = joinstate.Pipeline(store, "d", define())
     p.push("b", delta(B, np.arange(0, 10**6, 1000), ["y" * 50] * 1000))
-    families = p.column_families()
-    committed: list[tuple[int, int]] = []
-    failure: BaseException | None = None
-    for b in range(400):
-        keys = np.arange(b * 1000, (b + 1) * 1000) // 1000 * 1000 + np.arange(1000) % 7
-        values = list(range(b * 1000, (b + 1) * 1000))  # distinct rows: no consolidation
-        try:
-            p.push("a", delta(A, keys, values), commit_id=f"a{b}", ingest=families)
-        except Exception as exc:
-            failure = exc
-            break
-        committed += [(int(k), v) for k, v in zip(keys, values, strict=True)]
-    assert failure is not None, "4 MiB never filled"
-    assert len(committed) >= 2000, len(committed)  # several pushes went through the files
+    push: dict[str, Any] = {"ingest": p.column_families()} if through_files else {}
+    committed, failure = fill(p, **push)
+    assert len(committed) >= 2000, len(committed)  # several pushes went through
     assert isinstance(failure, joinstate.StateIOError), f"{type(failure)!r}: {failure}"
+    with pytest.raises(joinstate.StateIOError):
+        p.push("a", delta(A, np.array([0]), [1]), **push)
+    store.close()
     store.close()
     small_disk.resize("64m")
     b_rows = [(int(k), "y" * 50) for k in np.arange(0, 10**6, 1000)]
@@ -202,7 +176,7 @@ def test_disk_full_during_pushes_written_as_sst_files(
         assert p.committed(f"a{n - 1}")
         assert not p.committed(f"a{n}")
         store.verify()  # raises if a count disagrees with its files or counters
-        p.push("a", delta(A, np.array([0]), [5]), ingest=families)  # writable again
+        p.push("a", delta(A, np.array([0]), [5]), **push)  # writable again
         assert as_rows(p.read("totals")) == expected([*committed, (0, 5)], b_rows)
 
 
