@@ -62,8 +62,8 @@ class _Segment:
     def __len__(self) -> int:
         return len(self.w)
 
-    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of matching rows (removed ones too) and the query each matches."""
+    def _runs(self, qhash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each query's key hash starts in the segment, and how many rows have it."""
         h = self.sorted_hash
         n = len(h)
         lo = np.searchsorted(h, qhash, side="left")
@@ -76,6 +76,14 @@ class _Segment:
         more = more[h[lo[more] + 1] == qhash[more]]
         if len(more):
             cnt[more] = np.searchsorted(h, qhash[more], side="right") - lo[more]
+        return lo, cnt
+
+    def probe(self, qcanon: Bytes, qhash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of matching rows (removed ones too) and the query each matches."""
+        return self._pairs(qcanon, qhash, *self._runs(qhash))
+
+    def _pairs(self, qcanon: Bytes, qhash: np.ndarray, lo: np.ndarray, cnt: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
         total = int(cnt.sum())
         q = np.repeat(np.arange(len(qhash), dtype=np.int64), cnt)
         first_out = np.cumsum(cnt) - cnt
@@ -90,13 +98,23 @@ class _Segment:
              ) -> tuple[np.ndarray, np.ndarray]:
         """Rows of this segment equal to some of the given rows: (given row, position).
 
-        Looked up by row hash, not by key: a row's key may be shared by many rows of
-        the segment (a bag keyed by a date), and pairing every given row with every row
-        of its key would cost their product.  The segment's rows are distinct, so each
-        given row has at most one match; the sorted row hashes are built on the first
-        lookup and kept (a segment's rows never change, only their weights).
+        Where the given rows' keys hold few rows here (a side keyed on its join key, or
+        nearly), each given row is compared with the rows of its key.  Where a key may
+        be shared by many rows (a bag keyed by a date), pairing every given row with
+        every row of its key would cost their product: rows are then looked up by row
+        hash in a sorted copy of the segment's row hashes, built on the first such
+        lookup and kept (a segment's rows never change, only their weights).  Building
+        it sorts every row of the segment (~0.25 s per million), which a small change
+        to a side with one row per key never pays.  The segment's rows are distinct, so
+        each given row has at most one match.
         """
         if self._by_row is None:
+            lo, cnt = self._runs(khash)
+            if int(cnt.sum()) <= 4 * len(khash) + 64:
+                e, q = self._pairs(canon, khash, lo, cnt)
+                same = self.rh.take(e).equals(rh.take(q)) if len(e) else np.zeros(0, bool)
+                e, q = e[same], q[same]
+                return self._checked(q, e, enc)
             v = _as_void(self.rh)
             order = np.argsort(v, kind="stable")
             self._by_row = (v[order], order)
@@ -108,7 +126,11 @@ class _Segment:
         inside = np.flatnonzero(pos < len(by_row))
         q = inside[by_row[pos[inside]] == qv[inside]]
         e = order[pos[q]].astype(np.int64, copy=False)
-        q = q.astype(np.int64, copy=False)
+        return self._checked(q.astype(np.int64, copy=False), e, enc)
+
+    def _checked(self, q: np.ndarray, e: np.ndarray, enc: Bytes
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """``(q, e)``, once the rows paired by row hash are checked equal byte for byte."""
         if len(e) and not self.enc.take(e).equals(enc.take(q)).all():
             msg = "xxh3_128 collision between two different rows"
             raise StateCorruptedError(msg)

@@ -54,3 +54,62 @@ def test_write_to_a_cached_bag_under_one_key_reads_no_cross_product(
         assert biggest[0] <= 4 * N, f"a lookup gathered {biggest[0]:,} strings"
         got = j.push("left", pa.table({"k": [1], "v": [1]}))
         assert sorted(got["v_right"].to_pylist()) == list(range(m, N + m))
+
+
+def test_small_write_to_a_cached_keyed_side_sorts_nothing_and_stays_exact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row per key: a small write compares rows of its keys only (no row-hash sort).
+
+    Then random writes, some under a key held by many rows (that lookup sorts the row
+    hashes once), each checked against what the side holds.
+    """
+    from joinstate import _probe
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    sorts = [0]  # row-hash lookups built over a segment of the cached side
+    as_void = _probe._as_void  # noqa: SLF001 - counting what builds the row lookup
+
+    def counting(b: _bytes.Bytes) -> np.ndarray:
+        sorts[0] += len(b) >= n // 2
+        return as_void(b)
+
+    right = {k: 1 for k in range(n)}  # key -> v (v == 1 for every key)
+    with joinstate.StateStore(tmp_path / "s", StoreOptions(probe="scan")) as store:
+        j = store.join("j", left=SIDE, right=SIDE)
+        big = 2000  # rows under key -1 (a bag), from the start
+        j.push("right", pa.table({"k": np.r_[np.arange(n), -np.ones(big)].astype(np.int64),
+                                  "v": np.r_[np.ones(n), np.arange(big)].astype(np.int64)}))
+        j.push("left", pa.table({"k": [1], "v": [0]}))  # builds the right's cache
+        monkeypatch.setattr(_probe, "_as_void", counting)
+        bag = list(range(big))  # v values of the rows under key -1
+        fresh = big
+        sorted_once = False
+        for step in range(12):
+            ks = rng.choice(n, 30, replace=False)
+            rows = [(int(k), right[int(k)], -1) for k in ks[:20]]
+            rows += [(int(k), right[int(k)] + 1, 1) for k in ks[:20]]
+            if step >= 6:  # rows under one key shared by many rows
+                extra = list(range(fresh, fresh + 200))
+                fresh += 200
+                rows += [(-1, v, 1) for v in extra]
+                gone = bag[: len(bag) // 3]
+                rows += [(-1, v, -1) for v in gone]
+                bag = [v for v in bag if v not in set(gone)] + extra
+            for k in ks[:20]:
+                right[int(k)] += 1
+            j.push("right", pa.table({"k": [r[0] for r in rows], "v": [r[1] for r in rows],
+                                      "_weight": [r[2] for r in rows]}))
+            assert j.index("right").cached
+            built = sorts[0] > 0
+            if step < 6:
+                assert not built, f"step {step}: a small keyed write sorted the cache"
+            sorted_once = sorted_once or built
+            probe = [*rng.choice(n, 50, replace=False).tolist(), -1]
+            got = j.push("left", pa.table({"k": probe, "v": [7] * len(probe)}))
+            j.push("left", pa.table({"k": probe, "v": [7] * len(probe),
+                                     "_weight": [-1] * len(probe)}))
+            want = sorted([(k, right[k]) for k in probe if k >= 0] + [(-1, v) for v in bag])
+            assert sorted(zip(got["k"].to_pylist(), got["v_right"].to_pylist(),
+                              strict=True)) == want, step
+        assert sorted_once, "the bag's writes never took the row-hash lookup"
