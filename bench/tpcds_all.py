@@ -663,15 +663,17 @@ def compile_query(n: int, base: Mapping[str, pa.Table], store: Any
                   ) -> tuple[Any, list[str]] | str:
     """TPC-DS query ``n`` compiled into ``store``: (pipeline, ORDER BY columns).
 
-    Every table is a source (:func:`query_sources`); a refusal is returned as its first
-    line instead.
+    Every table is a source (:func:`query_sources`), its data given as statistics (row
+    counts, and samples on which the join order weighs what each filter keeps); a
+    refusal is returned as its first line instead.
     """
     from planner.sql import SQLError, UnsupportedSQLError, compile, plan
 
     sql, name = tpcds.query(n), f"q{n}"
     srcs = query_sources(base)
     try:
-        p = compile(sql, srcs, store=store, name=name)
+        p = compile(sql, srcs, store=store, name=name,
+                    stats={t: plain(base[t]) for t in srcs})
         return p, [o.column for o in plan(sql, srcs, name=name).order_by]
     except (UnsupportedSQLError, SQLError) as e:
         return str(e).splitlines()[0]

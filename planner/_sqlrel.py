@@ -12,6 +12,7 @@ when nothing qualifies.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,10 @@ class QueryCompiler:
     _ctes: list[dict[str, _Cte]] = field(default_factory=list)
     outer_scopes: list[frozenset[str]] = field(default_factory=list)
     _rule: JoinOrder = field(default_factory=JoinOrder)
+    recorded_orders: tuple[tuple[str, ...], ...] = ()
+    """Join orders a view was compiled with, in the order the groups are met: kept."""
+    join_orders: list[tuple[str, ...]] = field(default_factory=list)
+    """The join order of every inner join group, in the order they were met."""
 
     # ---- queries ----------------------------------------------------------------------
 
@@ -464,7 +469,8 @@ class QueryCompiler:
         by_lower = {c.lower(): c for c in spec.schema.names}
         refs = {(alias, low): real for low, real in by_lower.items()}
         unique = ((tuple(spec.unique_key),) if spec.unique_key else ()) + spec.also_unique
-        return Bound(stream, refs, (alias,), alias, source=spec.name, unique=unique)
+        return Bound(stream, refs, (alias,), alias, source=spec.name, unique=unique,
+                     sample=spec.sample, unfiltered=spec.sample)
 
     def _cte(self, name: str, cte: _Cte) -> Rel:
         if cte.rel is None:
@@ -508,11 +514,24 @@ class QueryCompiler:
     def join_order(self, context: JoinOrderContext) -> list[str]:
         """Ask the join-order rule; record its decision."""
         decisions = list(self._rule.apply(context))
+        order = next((list(d.choice) for d in decisions if d.topic == "join_order"),
+                     [i.name for i in context.inputs])
+        k = len(self.join_orders)
+        kept = self.recorded_orders[k] if k < len(self.recorded_orders) else None
+        if kept is not None and sorted(kept) != sorted(order):
+            kept = None  # another group than the recorded one: plan it afresh
+        if kept is not None and list(kept) != order:
+            # the state was laid out in the recorded order, from the data of that time
+            decisions = [d if d.topic != "join_order" else dataclasses.replace(
+                d, choice=list(kept),
+                reason=(f"kept as recorded when the view was compiled ({', '.join(kept)}): "
+                        f"its stored state is laid out in that order; from the estimates "
+                        f"given now the rule would choose {', '.join(order)} ({d.reason})"))
+                for d in decisions]
+            order = list(kept)
         self.decisions.extend(decisions)
-        for d in decisions:
-            if d.topic == "join_order":
-                return list(d.choice)
-        return [i.name for i in context.inputs]
+        self.join_orders.append(tuple(order))
+        return order
 
     def record(self, decision: Decision) -> None:
         """Record a decision taken by the compiler itself."""

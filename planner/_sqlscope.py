@@ -10,7 +10,7 @@ GROUP BY.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -45,13 +45,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A source the SQL may read: its pipeline name, schema, unique keys and row count."""
+    """A source the SQL may read: its pipeline name, schema, unique keys and row count.
+
+    ``sample``: some of its rows, when the caller gave data (estimates only: the share
+    of rows a filter keeps, for the join order; never part of the definition).
+    """
 
     name: str
     schema: pa.Schema
     unique_key: tuple[str, ...] | None = None
     rows: int | None = None
     also_unique: tuple[tuple[str, ...], ...] = ()
+    sample: pa.Table | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -70,7 +75,10 @@ class Bound:
 
     ``refs`` maps ``(alias, column)`` (lower case, as qualified) to the stream column;
     ``source`` is the source it reads directly, ``unique`` the stream columns known
-    unique together, ``filtered`` whether a filter was applied to it.
+    unique together, ``filtered`` whether a filter was applied to it.  ``sample`` (a
+    source read directly, when the compiler has a sample of it): the sampled rows its
+    filters keep, in stream column names; ``unfiltered``: the sampled rows before any
+    filter (``sample.num_rows / unfiltered.num_rows`` is the share its filters keep).
     """
 
     stream: Stream
@@ -80,6 +88,8 @@ class Bound:
     source: str | None = None
     unique: tuple[tuple[str, ...], ...] = ()
     filtered: bool = False
+    sample: pa.Table | None = field(default=None, repr=False)
+    unfiltered: pa.Table | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

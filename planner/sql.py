@@ -57,6 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
@@ -154,6 +155,7 @@ class SQLPlan:
     qualified_sql: str
     materialized: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
+    join_orders: tuple[tuple[str, ...], ...] = ()
 
     def explain(self) -> str:
         """The plan in words: sources, output, and every decision with its reason."""
@@ -170,8 +172,9 @@ class SQLPlan:
         return "\n".join(lines)
 
 
-def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None
-           ) -> dict[str, SourceSpec]:
+def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None,
+           read: frozenset[str] = frozenset()) -> dict[str, SourceSpec]:
+    """The sources as the compiler sees them; samples of the data of those in ``read``."""
     if not hasattr(sources, "items"):
         raise SQLError(f"sources must be a mapping of source name -> pyarrow.Schema or "
                        f"planner.Source, got {type(sources).__name__}")
@@ -190,11 +193,13 @@ def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None
         if name.lower() in out:
             raise SQLError(f"sources {out[name.lower()].name!r} and {name!r} differ only in "
                            "case; SQL table names are case-insensitive")
-        rows = None
+        rows, sample = None, None
         if stats is not None and name in stats:
             rows = _rows(stats[name], name)
+            sample = _sample(stats[name]) if name.lower() in read else None
         out[name.lower()] = SourceSpec(name, src.schema, src.key, rows,
-                                       cast("tuple[tuple[str, ...], ...]", src.also_unique))
+                                       cast("tuple[tuple[str, ...], ...]", src.also_unique),
+                                       sample)
     if stats is not None:
         unknown = set(stats) - {s.name for s in out.values()}
         if unknown:
@@ -203,13 +208,41 @@ def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None
     return out
 
 
+SAMPLE_ROWS = 20_000
+"""Rows of a source's data the compiler keeps to estimate what its filters keep."""
+
+
+def _sample(value: object) -> pa.Table | None:
+    """Up to :data:`SAMPLE_ROWS` rows of ``value``'s data, the same ones every time.
+
+    ``value`` is a table (or record batch) of the source's rows, or an object with a
+    ``sample`` table (``planner.stats.SourceStats``); anything else has no sample.
+    The rows are drawn uniformly with a fixed seed, so compiling twice from the same
+    data plans the same joins.
+    """
+    data = value if isinstance(value, pa.Table | pa.RecordBatch) else getattr(
+        value, "sample", None)
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if not isinstance(data, pa.Table):
+        return None
+    if data.num_rows <= SAMPLE_ROWS:
+        return data
+    picks = np.sort(np.random.default_rng(0).choice(data.num_rows, SAMPLE_ROWS,
+                                                    replace=False))
+    return data.take(pa.array(picks))
+
+
 def _rows(value: object, name: str) -> int | None:
+    if isinstance(value, pa.Table | pa.RecordBatch):
+        return value.num_rows
     rows = getattr(value, "rows", value)
     if rows is None:
         return None
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-        raise SQLError(f"stats[{name!r}] must be a row count (int >= 0) or an object with a "
-                       f"`rows` attribute, got {value!r}")
+        raise SQLError(f"stats[{name!r}] must be a row count (int >= 0), the source's data "
+                       f"(a pyarrow.Table) or an object with a `rows` attribute, got "
+                       f"{type(value).__name__} {value!r:.80}")
     return rows
 
 
@@ -402,25 +435,34 @@ def _factor_disjunctions(tree: exp.Expr) -> None:
 
 def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
            materialize: bool = True, stats: Mapping[str, Any] | None = None,
+           join_orders: Sequence[Sequence[str]] = (),
            ) -> tuple[joinstate.Graph, SQLPlan]:
     """``sql`` as a graph: one source per table read, one output ``name``; and its plan.
 
     ``materialize=True`` declares the output materialized with the final ORDER BY and
     LIMIT, so a pipeline's ``read(name)`` returns the current answer; with ``False`` (a
     stream of changes, as Spark ships it) a final ORDER BY or LIMIT is refused.
-    ``stats`` maps a source name to its row count (or to an object with a ``rows``
-    attribute, such as ``planner.stats.SourceStats``), which the join-order rule reads.
-    Needs no store: :func:`compile` attaches the graph to one.
+    ``stats`` maps a source name to its row count, to an object with a ``rows``
+    attribute (``planner.stats.SourceStats``), or to its data (a ``pyarrow.Table``:
+    its row count, and a sample on which the join-order rule estimates the share of
+    rows each filter keeps, so the most selective dimension is joined first).
+    ``join_orders``: orders to keep for the inner join groups, in the order the
+    compiler meets them (:attr:`SQLPlan.join_orders` of an earlier plan); a group whose
+    inputs differ from the one recorded is planned afresh.  Needs no store:
+    :func:`compile` attaches the graph to one.
     """
-    specs = _specs(sources, stats)
+    _specs(sources, stats)  # the arguments checked before the SQL
     raw = _parse(sql)
+    specs = _specs(sources, stats, frozenset(t.name.lower() for t in raw.find_all(exp.Table)))
     explicit = frozenset(a.name.lower() for a in raw.find_all(exp.TableAlias) if a.name)
     with quoting(explicit):
-        return _define(raw, specs, name=name, materialize=materialize)
+        return _define(raw, specs, name=name, materialize=materialize,
+                       join_orders=tuple(tuple(o) for o in join_orders))
 
 
 def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
-            name: str, materialize: bool) -> tuple[joinstate.Graph, SQLPlan]:
+            name: str, materialize: bool, join_orders: tuple[tuple[str, ...], ...] = ()
+            ) -> tuple[joinstate.Graph, SQLPlan]:
     _precheck(raw)
     _known_tables(raw, specs)
     root = _normalise(raw, specs)
@@ -438,7 +480,7 @@ def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
     body.set("limit", None)
     display = _display_names(raw, root, specs)
     order, hidden = hidden_order(order, body, display) if materialize else (order, [])
-    qc = QueryCompiler(specs)
+    qc = QueryCompiler(specs, recorded_orders=join_orders)
     rel = qc.query(body, names=[*display, *hidden])
     sel = _first_select(body) if isinstance(root, exp.Select) else None
     items = output_order(order, list(sel.expressions) if sel is not None else None,
@@ -466,7 +508,8 @@ def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
         output=name, columns=tuple(c for _, c in rel.columns if c not in hidden),
         order_by=tuple(items),
         limit=limit, sources=tuple(qc.streams), decisions=tuple(qc.decisions),
-        qualified_sql=root.sql(dialect=DIALECT, pretty=True), materialized=materialize)
+        qualified_sql=root.sql(dialect=DIALECT, pretty=True), materialized=materialize,
+        join_orders=tuple(qc.join_orders))
 
 
 def _limit(node: exp.Expr | None) -> int | None:
@@ -498,17 +541,23 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     SQL it was compiled from (kept in the store beside its definition) and nothing is
     written; the same SQL (or SQL compiling to the same pipeline) re-attaches.
 
-    The SQL, the sources' schemas and unique keys, ``stats``' row counts and
-    ``metadata`` (JSON-able, the caller's) are kept with the view, so
-    :func:`planner.reopen` can attach it again from the store alone.
+    The SQL, the sources' schemas and unique keys, ``stats``' row counts, the join
+    orders chosen and ``metadata`` (JSON-able, the caller's) are kept with the view, so
+    :func:`planner.reopen` can attach it again from the store alone.  ``stats`` may give
+    a source's data (see :func:`define`): the join order then follows what its filters
+    keep, and compiling the same SQL into the store later keeps that order, whatever
+    ``stats`` are given then (the stored state is laid out in it).
     """
-    graph, _ = define(sql, sources, name=name, stats=stats)
+    before = stored_view(store, name)
+    kept = before.join_orders if before is not None and before.sql == sql else ()
+    graph, sql_plan = define(sql, sources, name=name, stats=stats, join_orders=kept)
     p = joinstate.Pipeline(store, name, graph, share_indexes=share_indexes)
     specs = _specs(sources, stats)
     record = ViewRecord(
         sql, {s.name: (s.schema, s.unique_key) for s in specs.values()},
         {s.name: s.rows for s in specs.values() if s.rows is not None}, dict(metadata or {}),
-        {s.name: s.also_unique for s in specs.values() if s.also_unique})
+        {s.name: s.also_unique for s in specs.values() if s.also_unique},
+        sql_plan.join_orders)
     _attach(p, record, store)
     return p
 

@@ -47,6 +47,7 @@ __all__ = [
     "from_table",
     "gather",
     "given",
+    "parquet_sample",
 ]
 
 DEFAULT_SAMPLE_ROWS = 10_000
@@ -371,26 +372,8 @@ def from_parquet(path: str | Path | Sequence[str | Path], name: str = "", *,
     if not cols:
         return SourceStats(name, total, total, nbytes, True, uk, (), 0, "parquet")
     rng = np.random.default_rng(seed)
-    order = rng.permutation(len(groups))
-    picked: list[int] = []
-    read = 0
-    for i in order:
-        if len(picked) >= MAX_SAMPLED_ROW_GROUPS or read >= sample_rows:
-            break
-        picked.append(int(i))
-        read += groups[i][2]
-    picked.sort()
-    parts = []
-    for i in picked:
-        f, g, _ = groups[i]
-        parts.append(pq.ParquetFile(f).read_row_group(g, columns=cols))
-    rows_read = pa.concat_tables(parts) if parts else schema.empty_table().select(cols)
+    picked, rows_read, sample = _draw(groups, schema, cols, rng, sample_rows)
     exact = rows_read.num_rows == total <= sample_rows
-    if rows_read.num_rows > sample_rows:
-        idx = np.sort(rng.choice(rows_read.num_rows, size=sample_rows, replace=False))
-        sample = rows_read.take(pa.array(idx))
-    else:
-        sample = rows_read
     stats = []
     for k in key_list:
         bound = None
@@ -410,6 +393,57 @@ def from_parquet(path: str | Path | Sequence[str | Path], name: str = "", *,
                                 range_bound=bound, clustered=clustered))
     return SourceStats(name, total, total, nbytes, True, uk, tuple(stats), sample.num_rows,
                        "parquet", sample)
+
+
+def _draw(groups: Sequence[tuple[str, int, int]], schema: pa.Schema, cols: Sequence[str],
+          rng: np.random.Generator, sample_rows: int
+          ) -> tuple[list[int], pa.Table, pa.Table]:
+    """Random row groups (``cols`` of them) and ``sample_rows`` rows drawn from them.
+
+    Returns the picked groups' positions, the rows read and the sample.
+    """
+    import pyarrow.parquet as pq
+
+    picked: list[int] = []
+    read = 0
+    for i in rng.permutation(len(groups)):
+        if len(picked) >= MAX_SAMPLED_ROW_GROUPS or read >= sample_rows:
+            break
+        picked.append(int(i))
+        read += groups[i][2]
+    picked.sort()
+    parts = [pq.ParquetFile(groups[i][0]).read_row_group(groups[i][1], columns=list(cols))
+             for i in picked]
+    rows_read = (pa.concat_tables(parts) if parts
+                 else schema.empty_table().select(list(cols)))
+    if rows_read.num_rows > sample_rows:
+        idx = np.sort(rng.choice(rows_read.num_rows, size=sample_rows, replace=False))
+        return picked, rows_read, rows_read.take(pa.array(idx))
+    return picked, rows_read, rows_read
+
+
+def parquet_sample(path: str | Path | Sequence[str | Path], name: str = "", *,
+                   sample_rows: int = DEFAULT_SAMPLE_ROWS, seed: int = 0) -> pa.Table:
+    """Up to ``sample_rows`` rows of Parquet data, every column, drawn from random row groups.
+
+    What the SQL compiler estimates a filter's selectivity on (give it as the ``sample``
+    of a :class:`SourceStats`); reads at most ``MAX_SAMPLED_ROW_GROUPS`` row groups.
+    """
+    import pyarrow.parquet as pq
+
+    groups: list[tuple[str, int, int]] = []
+    schema: pa.Schema | None = None
+    for f in _parquet_files(path):
+        try:
+            pf = pq.ParquetFile(f)
+        except (OSError, pa.ArrowException) as exc:
+            raise PlannerError(f"source {name!r}: cannot read Parquet file {f!r}: {exc}") \
+                from exc
+        schema = schema or pf.schema_arrow
+        groups += [(f, g, pf.metadata.row_group(g).num_rows)
+                   for g in range(pf.metadata.num_row_groups)]
+    assert schema is not None
+    return _draw(groups, schema, schema.names, np.random.default_rng(seed), sample_rows)[2]
 
 
 def given(name: str, rows: int | None, *, rows_at_least: int = 0, bytes: int | None = None,

@@ -3,8 +3,9 @@
 :func:`planner.compile` fixes a view's definition in the store; beside it this module
 keeps a *view record* (``__meta__`` key :func:`joinstate.names.view_sql_key`): the SQL
 as written, each source's exact Arrow schema and unique key, the row counts the view was
-compiled with (the join-order rule reads them, so the same counts give the same
-definition), free-form metadata of the caller (the command keeps the paths it loaded
+compiled with, the join orders chosen (estimates from the data at the time decided
+them: the same SQL attaches to the same definition later, whatever the data has become),
+free-form metadata of the caller (the command keeps the paths it loaded
 from), and a digest of the stored definition.
 
 Why the digest: a record left behind by a pipeline that was dropped and built again
@@ -43,7 +44,8 @@ class ViewRecord:
 
     ``sources`` maps a source name to ``(schema, unique key)``; ``rows`` holds the row
     counts given when it was compiled; ``metadata`` is the caller's (JSON-able);
-    ``also_unique``: the further unique keys of the sources that declare some.
+    ``also_unique``: the further unique keys of the sources that declare some;
+    ``join_orders``: each inner join group's order, as the compiler met them.
     Records written before sources were kept have ``sources`` empty: such a view is
     quoted in messages but cannot be reopened.
     """
@@ -54,6 +56,7 @@ class ViewRecord:
     rows: Mapping[str, int] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     also_unique: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    join_orders: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self, definition: bytes) -> bytes:
         """The record's bytes, bound to the stored ``definition``."""
@@ -66,6 +69,7 @@ class ViewRecord:
                                if self.also_unique.get(n) else {})}
                         for n, (s, uk) in self.sources.items()},
             "rows": dict(self.rows), "metadata": dict(self.metadata),
+            "join_orders": [list(o) for o in self.join_orders],
         }).encode()
 
     @classmethod
@@ -84,10 +88,11 @@ class ViewRecord:
             also = {str(n): tuple(tuple(str(c) for c in k) for k in s["also_unique"])
                     for n, s in (doc.get("sources") or {}).items() if s.get("also_unique")}
             metadata = doc.get("metadata") or {}
+            orders = tuple(tuple(str(n) for n in o) for o in doc.get("join_orders") or ())
         except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):
             return None
         return cls(doc["sql"], sources, rows, metadata if isinstance(metadata, dict) else {},
-                   also)
+                   also, orders)
 
 
 

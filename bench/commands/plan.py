@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 import click
+import pyarrow as pa
 
 import joinstate
 import planner
@@ -31,6 +32,18 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["plan"]
+
+
+def sample_of(files: Sequence[str], name: str) -> pa.Table | None:
+    """A sample of every column of ``files`` for the join order's estimates, or None.
+
+    Estimates are optional: a file that cannot be read here is reported by whatever
+    reads it for real.
+    """
+    try:
+        return planner.stats.parquet_sample(files, name)
+    except (planner.PlannerError, OSError, pa.ArrowException):
+        return None
 
 
 def _sql_text(sql: str) -> str:
@@ -108,6 +121,7 @@ def plan(sql: str | None, sources: tuple[str, ...], uniques: tuple[str, ...],
         text = _sql_text(sql)
         schemas: dict[str, Any] = {}
         stats: dict[str, Any] = {}
+        files: dict[str, list[str]] = {}
         for name, path in paths.items():
             data = open_dataset(path, f"--source {name}")
             missing = [c for c in unique.get(name, []) if c not in data.schema.names]
@@ -116,12 +130,14 @@ def plan(sql: str | None, sources: tuple[str, ...], uniques: tuple[str, ...],
                                f"the columns of --source {name} ({data.schema.names})")
             schemas[name] = planner.Source(data.schema, unique_key=unique.get(name))
             stats[name] = planner.gather(data.files, name, unique_key=unique.get(name))
+            files[name] = data.files
         with tempfile.TemporaryDirectory(prefix="joinstate-plan-") as tmp, \
                 joinstate.StateStore(Path(tmp) / "plan") as store:
             try:
-                p = planner.compile(text, schemas, store=store, name="view",
-                                    stats={n: s.rows for n, s in stats.items()
-                                           if s.rows is not None})
+                # rows, and a sample of every column: the join order weighs the filters
+                p = planner.compile(text, schemas, store=store, name="view", stats={
+                    n: s.replace(sample=sample_of(files[n], n))
+                    for n, s in stats.items()})
                 p.compile()
             except planner.SQLError as exc:
                 raise CliError("--sql: " + in_flags(str(exc), [

@@ -59,7 +59,7 @@ from bench.commands.common import (
     single_store,
     write_parquet,
 )
-from bench.commands.plan import _source_specs, _sql_text
+from bench.commands.plan import _source_specs, _sql_text, sample_of
 from joinstate.changes import CHANGE_TYPE, to_changes
 from joinstate.names import pipeline_spec_key, validate_name
 from joinstate.schema import WEIGHT, weights_of
@@ -485,7 +485,8 @@ def create(state_dir: Path, name: str, sql: str, sources: tuple[str, ...],
             created = store.meta_get(pipeline_spec_key(name)) is None
             try:
                 p = planner.compile(record.sql, record.planner_sources(), store=store,
-                                    name=name, stats=record.rows(), metadata=record.metadata())
+                                    name=name, stats=_estimates(record, datasets),
+                                    metadata=record.metadata())
             except (planner.SQLError, joinstate.JoinSpecMismatchError) as exc:
                 keep = not new_store
                 raise CliError("--sql: " + in_flags(str(exc), _sql_terms())) from exc
@@ -513,6 +514,19 @@ def create(state_dir: Path, name: str, sql: str, sources: tuple[str, ...],
             shutil.rmtree(path)
     _print_created(report, name, path, rows)
     return EXIT_OK
+
+
+def _estimates(record: ViewRecord, datasets: Mapping[str, pads.Dataset]
+               ) -> dict[str, planner.SourceStats]:
+    """Row counts and a sample of each source's files: the join order weighs its filters.
+
+    A view created again (``--resume``) keeps the join order it was created with.  A
+    file that cannot be sampled leaves that source without an estimate: the load names
+    the damage when it reaches it.
+    """
+    return {n: planner.stats.given(n, rows).replace(
+        sample=sample_of(datasets[n].files, n) if n in datasets else None)
+        for n, rows in record.rows().items()}
 
 
 def _populate(p: joinstate.Pipeline, datasets: Mapping[str, pads.Dataset],
