@@ -107,6 +107,20 @@ def test_by_plan_composes_each_source_from_the_same_plan() -> None:
     assert s.by_plan() == pytest.approx(3.5)
 
 
+
+def test_report_names_where_the_time_went_when_duckdb_wins() -> None:
+    size = {"size": 0.0001, "duckdb_s": 0.010, "seconds": {"auto": 0.300},
+            "source_seconds": {"auto": {"date_dim": 0.250, "store_sales": 0.050}},
+            "source_rows": {"date_dim": 80, "store_sales": 700},
+            "operators": {"auto": {"date_dim": {
+                "join10": {"rows_in": 1253, "rows_out": 98105, "found": 49481, "ms": 120.0,
+                           "scanned_rows": 0},
+                "agg4": {"rows_in": 10, "rows_out": 2, "found": 0, "ms": 30.0,
+                         "scanned_rows": 0}}}}}
+    row = tpcds_paths._floor_row({"query": 1, "sizes": [size]})  # noqa: SLF001
+    assert row == ("| q1 | 300 | 10 | date_dim (80 rows): 250 ms | join10: 1,253 → 98,105 "
+                   "rows, 49,481 entries found, 120.0 ms | 60% |")
+
 @pytest.mark.slow
 def test_paths_cli_report(tmp_path: Path) -> None:
     out = tmp_path / "out"
