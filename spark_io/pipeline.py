@@ -219,7 +219,10 @@ class SparkPipeline:
         ``LIMIT`` applied.  ``also_unique``: source name -> further unique keys (each a
         column or columns; as ``planner.sql.Source(also_unique=...)``), verified by the
         pipeline, which lets the planner keep a group by such a key where the rows lie
-        (e.g. ``{"customer": ["c_customer_id"]}``).  Other keyword arguments are
+        (e.g. ``{"customer": ["c_customer_id"]}``).  ``stats``: row counts per source
+        (an int, or anything with ``rows``) for the join order; samples of the data are
+        not used here, so the same SQL always compiles to the same joins for a state
+        that outlives the data it was planned on.  Other keyword arguments are
         :class:`SparkPipeline`'s.
         """
         from planner.sql import Source, define
@@ -260,7 +263,13 @@ class SparkPipeline:
                 schemas[s] = Source(given_as.schema, given_as.unique_key, keys)
             else:
                 schemas[s] = Source(given_as, also_unique=keys)
-        graph, _ = define(sql, schemas, name=name, materialize=True, stats=stats)
+        # Row counts only: a join order estimated on samples of the data is kept in a
+        # store's view record, which a Spark pipeline's state does not have yet, so the
+        # same SQL re-attaching later must plan the same joins from the same counts.
+        counts = None if stats is None else {
+            s: v.num_rows if isinstance(v, pa.Table | pa.RecordBatch) else getattr(v, "rows", v)
+            for s, v in stats.items()}
+        graph, _ = define(sql, schemas, name=name, materialize=True, stats=counts)
         sp = cls(spark, graph, state_dir, shards, name=name, **kwargs)
         sp._defaults = frames
         return sp
