@@ -513,6 +513,11 @@ def _store_pairs(table: str) -> str:
 
 _TWO_NEW_ITEMS = "(SELECT max(i_item_sk) FROM item) - k % 2"
 SEED_SQL.update({
+    # SF1 has no store sale of 2001Q1 returned in 2001Q1-Q3 and bought again from the
+    # catalog in those quarters
+    17: _returned_and_bought_in_catalog("d1.d_quarter_name = '2001Q1'",
+                                        "d2.d_quarter_name IN ('2001Q1', '2001Q2', '2001Q3')",
+                                        "2001-05-15"),
     25: _returned_and_bought_in_catalog("d1.d_year = 2001 AND d1.d_moy = 4",
                                         "d2.d_year = 2001 AND d2.d_moy BETWEEN 4 AND 10",
                                         "2001-08-15"),
