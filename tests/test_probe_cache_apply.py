@@ -68,11 +68,11 @@ def test_small_write_to_a_cached_keyed_side_sorts_nothing_and_stays_exact(
     rng = np.random.default_rng(3)
     n = 20_000
     sorts = [0]  # row-hash lookups built over a segment of the cached side
-    as_void = _probe._as_void  # noqa: SLF001 - counting what builds the row lookup
+    row_index = _probe._row_index  # noqa: SLF001 - counting what builds the row lookup
 
-    def counting(b: _bytes.Bytes) -> np.ndarray:
+    def counting(b: _bytes.Bytes) -> tuple[np.ndarray, np.ndarray]:
         sorts[0] += len(b) >= n // 2
-        return as_void(b)
+        return row_index(b)
 
     right = {k: 1 for k in range(n)}  # key -> v (v == 1 for every key)
     with joinstate.StateStore(tmp_path / "s", StoreOptions(probe="scan")) as store:
@@ -81,7 +81,7 @@ def test_small_write_to_a_cached_keyed_side_sorts_nothing_and_stays_exact(
         j.push("right", pa.table({"k": np.r_[np.arange(n), -np.ones(big)].astype(np.int64),
                                   "v": np.r_[np.ones(n), np.arange(big)].astype(np.int64)}))
         j.push("left", pa.table({"k": [1], "v": [0]}))  # builds the right's cache
-        monkeypatch.setattr(_probe, "_as_void", counting)
+        monkeypatch.setattr(_probe, "_row_index", counting)
         bag = list(range(big))  # v values of the rows under key -1
         fresh = big
         sorted_once = False
@@ -113,3 +113,29 @@ def test_small_write_to_a_cached_keyed_side_sorts_nothing_and_stays_exact(
             assert sorted(zip(got["k"].to_pylist(), got["v_right"].to_pylist(),
                               strict=True)) == want, step
         assert sorted_once, "the bag's writes never took the row-hash lookup"
+
+
+def test_row_lookup_sorts_by_64_bits_and_falls_back_when_two_rows_share_them() -> None:
+    """Row hashes sorted by their first 8 bytes, unless two rows share them (all 16)."""
+    from joinstate import _probe
+
+    rng = np.random.default_rng(5)
+    for shared in (False, True):
+        m = rng.integers(0, 256, size=(500, 16), dtype=np.uint8)
+        if shared:  # rows 3 and 7 agree on their first 64 bits only
+            m[7, :8] = m[3, :8]
+        rh = _bytes.Bytes.from_fixed(m)
+        by_row, _ = _probe._row_index(rh)  # noqa: SLF001
+        assert (by_row.dtype.kind == "V") == shared
+        seg = _probe._Segment(  # noqa: SLF001
+            pa.table({"x": np.arange(500)}), np.ones(500, np.int64), rh, rh, rh,
+            np.arange(500, dtype=np.uint64))
+        seg._paired = 10**9  # noqa: SLF001 - take the row lookup, not the key pairs
+        ask = np.array([7, 3, 250, 499], np.int64)
+        q, e = seg.find(rh.take(ask), np.arange(500, dtype=np.uint64)[ask], rh.take(ask),
+                        rh.take(ask))
+        assert sorted(zip(q.tolist(), e.tolist(), strict=True)) == [
+            (0, 7), (1, 3), (2, 250), (3, 499)]
+        missing = _bytes.Bytes.from_fixed(np.full((1, 16), 255, np.uint8))
+        q, _ = seg.find(missing, np.zeros(1, np.uint64), missing, missing)
+        assert len(q) == 0 or bool((m == 255).all(axis=1).any())
