@@ -224,3 +224,20 @@ def test_parquet_samples_give_the_same_order(tmp_path) -> None:
     # a sample of key columns only (what planner.gather keeps) gives no estimate
     keys_only = {n: planner.gather(data[n], n) for n in data}
     assert order_of(plan(SQL, sources(), name="v", stats=keys_only)) == ("f", "a", "b")
+
+
+def test_view_create_orders_joins_from_samples_of_its_files(tmp_path) -> None:
+    import pyarrow.parquet as pq
+    from cli_runner import run
+
+    data = tables(random.Random(6))
+    flags = []
+    for n, t in data.items():
+        pq.write_table(t, tmp_path / f"{n}.parquet", row_group_size=1000)
+        flags += ["--source", f"{n}={tmp_path / f'{n}.parquet'}"]
+    res = run("view", "create", tmp_path / "state", "v", "--sql", SQL, *flags,
+              "--unique", "dim_a=a_id", "--unique", "dim_b=b_id", "--no-progress")
+    assert res.exit_code == 0, res.output
+    with joinstate.StateStore(tmp_path / "state") as store:
+        assert stored_view(store, "v").join_orders == (("f", "b", "a"),)
+        assert planner.reopen(store, "v").read("v").num_rows > 0
