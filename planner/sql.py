@@ -91,8 +91,8 @@ if TYPE_CHECKING:
 
     from planner.rule import Decision
 
-__all__ = ["SQLError", "SQLPlan", "Source", "UnsupportedSQLError", "compile", "define", "plan",
-           "reopen"]
+__all__ = ["SQLError", "SQLPlan", "Source", "UnsupportedSQLError", "compile", "counts_only",
+           "define", "plan", "reopen"]
 
 DIALECT = "duckdb"
 
@@ -231,6 +231,18 @@ def _sample(value: object) -> pa.Table | None:
     picks = np.sort(np.random.default_rng(0).choice(data.num_rows, SAMPLE_ROWS,
                                                     replace=False))
     return data.take(pa.array(picks))
+
+
+def counts_only(stats: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``stats`` with each source's data or sample replaced by its row count.
+
+    What plans the same joins whatever the data has become: for a state whose join
+    orders are not recorded with it.
+    """
+    if stats is None:
+        return None
+    return {n: v.num_rows if isinstance(v, pa.Table | pa.RecordBatch) else getattr(v, "rows", v)
+            for n, v in stats.items()}
 
 
 def _rows(value: object, name: str) -> int | None:
@@ -550,6 +562,8 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     """
     before = stored_view(store, name)
     kept = before.join_orders if before is not None and before.sql == sql else ()
+    if before is not None and before.sql == sql and not kept:
+        stats = counts_only(stats)  # recorded before join orders were: planned from counts
     graph, sql_plan = define(sql, sources, name=name, stats=stats, join_orders=kept)
     p = joinstate.Pipeline(store, name, graph, share_indexes=share_indexes)
     specs = _specs(sources, stats)

@@ -225,7 +225,7 @@ class SparkPipeline:
         that outlives the data it was planned on.  Other keyword arguments are
         :class:`SparkPipeline`'s.
         """
-        from planner.sql import Source, define
+        from planner.sql import Source, counts_only, define
 
         if not isinstance(sources, Mapping) or not sources:
             msg = ("sources must be a non-empty dict {table name in the query: DataFrame, "
@@ -266,10 +266,8 @@ class SparkPipeline:
         # Row counts only: a join order estimated on samples of the data is kept in a
         # store's view record, which a Spark pipeline's state does not have yet, so the
         # same SQL re-attaching later must plan the same joins from the same counts.
-        counts = None if stats is None else {
-            s: v.num_rows if isinstance(v, pa.Table | pa.RecordBatch) else getattr(v, "rows", v)
-            for s, v in stats.items()}
-        graph, _ = define(sql, schemas, name=name, materialize=True, stats=counts)
+        graph, _ = define(sql, schemas, name=name, materialize=True,
+                          stats=counts_only(stats))
         sp = cls(spark, graph, state_dir, shards, name=name, **kwargs)
         sp._defaults = frames
         return sp

@@ -241,3 +241,19 @@ def test_view_create_orders_joins_from_samples_of_its_files(tmp_path) -> None:
     with joinstate.StateStore(tmp_path / "state") as store:
         assert stored_view(store, "v").join_orders == (("f", "b", "a"),)
         assert planner.reopen(store, "v").read("v").num_rows > 0
+
+
+def test_a_view_recorded_without_join_orders_attaches_with_data_given(tmp_path) -> None:
+    """A record from before join orders were kept: the same SQL plans from counts only."""
+    import dataclasses
+
+    from planner.views import record_view
+
+    data = tables(random.Random(8))
+    with joinstate.StateStore(tmp_path / "s") as store:
+        compile(SQL, sources(), store=store, name="v")  # no data: f, a, b
+        old = stored_view(store, "v")
+        record_view(store, "v", dataclasses.replace(old, join_orders=()))
+    with joinstate.StateStore(tmp_path / "s") as store:
+        p = compile(SQL, sources(), store=store, name="v", stats=data)  # data says f, b, a
+        assert p.read("v").num_rows == 0
