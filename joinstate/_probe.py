@@ -116,7 +116,7 @@ class _Segment:
             if self._paired + pairs <= max(len(self), 64):
                 self._paired += pairs
                 e, q = self._pairs(canon, khash, lo, cnt)
-                same = self.rh.take(e).equals(rh.take(q)) if len(e) else np.zeros(0, bool)
+                same = self._same_rows(e, q, rh)
                 return self._checked(q[same], e[same], enc)
             self._by_row = _row_index(self.rh)
         by_row, order = self._by_row
@@ -129,9 +129,13 @@ class _Segment:
         e = order[pos[q]].astype(np.int64, copy=False)
         q = q.astype(np.int64, copy=False)
         if by_row.dtype.kind != "V":  # 64 of the 128 bits matched: the rest must too
-            same = self.rh.take(e).equals(rh.take(q)) if len(e) else np.zeros(0, bool)
+            same = self._same_rows(e, q, rh)
             e, q = e[same], q[same]
         return self._checked(q, e, enc)
+
+    def _same_rows(self, e: np.ndarray, q: np.ndarray, rh: Bytes) -> np.ndarray:
+        """Per pair, whether segment row ``e`` and given row ``q`` have the same row hash."""
+        return self.rh.take(e).equals(rh.take(q)) if len(e) else np.zeros(0, bool)
 
     def _checked(self, q: np.ndarray, e: np.ndarray, enc: Bytes
                  ) -> tuple[np.ndarray, np.ndarray]:

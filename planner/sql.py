@@ -54,6 +54,7 @@ GROUP BY has its one row (zero counts, NULL sums) when no row qualifies, from th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -172,9 +173,9 @@ class SQLPlan:
         return "\n".join(lines)
 
 
-def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None,
-           read: frozenset[str] = frozenset()) -> dict[str, SourceSpec]:
-    """The sources as the compiler sees them; samples of the data of those in ``read``."""
+def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None
+           ) -> dict[str, SourceSpec]:
+    """The sources as the compiler sees them (checked), without samples."""
     if not hasattr(sources, "items"):
         raise SQLError(f"sources must be a mapping of source name -> pyarrow.Schema or "
                        f"planner.Source, got {type(sources).__name__}")
@@ -193,13 +194,11 @@ def _specs(sources: Mapping[str, Any], stats: Mapping[str, Any] | None,
         if name.lower() in out:
             raise SQLError(f"sources {out[name.lower()].name!r} and {name!r} differ only in "
                            "case; SQL table names are case-insensitive")
-        rows, sample = None, None
+        rows = None
         if stats is not None and name in stats:
             rows = _rows(stats[name], name)
-            sample = _sample(stats[name]) if name.lower() in read else None
         out[name.lower()] = SourceSpec(name, src.schema, src.key, rows,
-                                       cast("tuple[tuple[str, ...], ...]", src.also_unique),
-                                       sample)
+                                       cast("tuple[tuple[str, ...], ...]", src.also_unique))
     if stats is not None:
         unknown = set(stats) - {s.name for s in out.values()}
         if unknown:
@@ -241,8 +240,7 @@ def counts_only(stats: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """
     if stats is None:
         return None
-    return {n: v.num_rows if isinstance(v, pa.Table | pa.RecordBatch) else getattr(v, "rows", v)
-            for n, v in stats.items()}
+    return {n: _rows(v, n) for n, v in stats.items()}
 
 
 def _rows(value: object, name: str) -> int | None:
@@ -463,9 +461,12 @@ def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
     inputs differ from the one recorded is planned afresh.  Needs no store:
     :func:`compile` attaches the graph to one.
     """
-    _specs(sources, stats)  # the arguments checked before the SQL
+    specs = _specs(sources, stats)
     raw = _parse(sql)
-    specs = _specs(sources, stats, frozenset(t.name.lower() for t in raw.find_all(exp.Table)))
+    if stats is not None:  # samples of the sources the SQL reads, for the join order
+        read = {t.name.lower() for t in raw.find_all(exp.Table)}
+        specs = {k: dataclasses.replace(v, sample=_sample(stats[v.name]))
+                 if k in read and v.name in stats else v for k, v in specs.items()}
     explicit = frozenset(a.name.lower() for a in raw.find_all(exp.TableAlias) if a.name)
     with quoting(explicit):
         return _define(raw, specs, name=name, materialize=materialize,
