@@ -34,7 +34,7 @@ from joinstate.zset import consolidate
 if TYPE_CHECKING:
     from joinstate._bytes import Bytes
 
-__all__ = ["FORMAT", "change_digest", "digest", "pack", "record", "replay", "unpack"]
+__all__ = ["FORMAT", "change_digest", "combined", "digest", "pack", "record", "replay", "unpack"]
 
 FORMAT = b"JSM1"
 """A commit record: this tag, the 16-byte change digest, then :func:`pack`'s outputs."""
@@ -66,6 +66,19 @@ def digest(input_name: str, table: pa.Table, w: np.ndarray) -> bytes:
     rh = row_hash(enc)
     idx, sums = consolidate(rh, enc, w, f"input {input_name!r}: the summed weight of a row")
     return change_digest(input_name, rh.take(idx), sums)
+
+
+def combined(parts: list[tuple[str, bytes]]) -> bytes:
+    """16 bytes identifying a push to several inputs: their names and :func:`digest` s.
+
+    ``parts`` in input-name order, so the digest does not depend on the order the
+    changes were given in; a push to one input keeps that input's own digest.
+    """
+    h = xxhash.xxh3_128()
+    h.update(b"several inputs\x00")
+    for name, d in parts:
+        h.update(name.encode() + b"\x00" + d)
+    return h.digest()
 
 
 def pack(outs: dict[str, pa.Table]) -> bytes:

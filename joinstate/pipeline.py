@@ -542,37 +542,83 @@ class Pipeline:
         goes to), consolidated with that push's own.  A push before it with no such row
         returns empty change sets, as any push without one does.
         """
-        store = self._require_store()
-        src = self._source(source)
+        self._require_store()
+        self._source(source)
         if sink is not None:
             raise BulkWriteRefused(
                 f"pipeline {self.name!r}, source {source!r}: a push reads the state its "
                 "operators keep, so it cannot be bulk-written; nothing was written")
+        return self._push({source: delta}, commit_id=commit_id, progress=progress,
+                          before_commit=before_commit, strategies=strategies, ingest=ingest)
+
+    def push_many(
+        self, changes: Mapping[str, pa.Table | pa.RecordBatch], *,
+        commit_id: str | None = None,
+        before_commit: Callable[[dict[str, pa.Table]], object] | None = None,
+        strategies: Strategies | Mapping[str, str] | None = None,
+    ) -> dict[str, pa.Table]:
+        """Apply change sets to several sources in one push; return every output's change set.
+
+        The same as pushing each source in turn and summing the outputs, but one
+        transaction (all or nothing) in which every operator runs once: an operator
+        that several of the changes reach computes its change from all of them together
+        (a join with both inputs changed adds ΔL ⋈ ΔR to the two one-sided probes), so a
+        batch of changes to a fact table and its dimensions costs one pass through the
+        graph instead of one per source.  ``commit_id``, ``before_commit`` and
+        ``strategies`` are :meth:`push`'s; the commit's digest covers every source's
+        change, so a retry must repeat the same changes to the same sources.
+        """
+        if not changes:
+            raise SchemaMismatchError(
+                f"pipeline {self.name!r}: push_many was given no change set; give at least "
+                f"one of its sources {list(self.sources)}")
+        return self._push(dict(changes), commit_id=commit_id, progress=None,
+                          before_commit=before_commit, strategies=strategies, ingest=())
+
+    def _push(
+        self, changes: dict[str, pa.Table | pa.RecordBatch], *, commit_id: str | None,
+        progress: bytes | None, before_commit: Callable[[dict[str, pa.Table]], object] | None,
+        strategies: Strategies | Mapping[str, str] | None, ingest: Collection[str],
+    ) -> dict[str, pa.Table]:
+        """The one transaction of :meth:`push` and :meth:`push_many`."""
+        store = self._require_store()
+        srcs = {name: self._source(name) for name in changes}
+        names = ", ".join(repr(n) for n in changes)
+        what = f"source {names}" if len(changes) == 1 else f"sources {names}"
         self.compile()
         chosen = Strategies.of(strategies)
         chosen.check({op.node.label: op for op in self._ops.values()},
-                     f"pipeline {self.name!r}, push to {source!r}")
+                     f"pipeline {self.name!r}, push to {names}")
         with store.lock:
-            table, w = conform_delta(src.schema, delta, f"source {source!r}")
-            change = b"" if commit_id is None else commits.digest(source, table, w)
-            replayed = self.records.replay(store, commit_id, change, f"source {source!r}",
-                                           self.outputs)
+            conformed = {name: conform_delta(srcs[name].schema, d, f"source {name!r}")
+                         for name, d in changes.items()}
+            change = b""
+            if commit_id is not None:
+                parts = [commits.digest(name, t, w) for name, (t, w) in conformed.items()]
+                change = parts[0] if len(parts) == 1 else commits.combined(
+                    sorted(zip(conformed, parts, strict=True)))
+            replayed = self.records.replay(store, commit_id, change, what, self.outputs)
             if replayed is not None:
                 return replayed
-            store.require_writable(f"push to source {source!r} of pipeline {self.name!r}")
+            store.require_writable(f"push to {what} of pipeline {self.name!r}")
             txn = Transaction(store)
             if ingest:
                 txn.ingest_into(ingest)
-            ctx = PushContext(txn, self._index, self.name, f"this push to {source!r}", chosen)
-            first = self._ops[src.id].push([(table, w)], ctx)
-            outs = self._run({src.id: first} if first is not None else {}, ctx)
-            if self._initial is not None and w.any():
+            ctx = PushContext(txn, self._index, self.name, f"this push to {names}", chosen)
+            seeds: dict[int, Delta] = {}
+            for name, (table, w) in conformed.items():
+                first = self._ops[srcs[name].id].push([(table, w)], ctx)
+                if first is not None:
+                    seeds[srcs[name].id] = first
+            outs = self._run(seeds, ctx)
+            if self._initial is not None and any(w.any() for _, w in conformed.values()):
                 outs = self._with_initial(outs, self._initial)
                 txn.record(initial_outputs_key(self.name), None)
                 txn.after_commit(functools.partial(setattr, self, "_initial", None))
             if commit_id is not None:
                 self.records.stage_commit(txn, commit_id, change, outs)
             if progress is not None:
+                (source,) = changes
                 self.records.stage_progress(txn, source, progress)
             if before_commit is not None:
                 before_commit(outs)

@@ -14,10 +14,12 @@ population (a crash, an exception) resumes with ``populate(..., resume=True)``: 
 
 Live changes: :func:`apply` applies one change batch either incrementally (a push) or
 by recomputing its output from the sides' snapshots, as the planner decides
-(:func:`planner.decide_batch`); :func:`apply_batch` also returns the decision and timings.
+(:func:`planner.decide_batch`); :func:`apply_batch` also returns the decision and
+timings; :func:`apply_changes` applies changes to several sources of a pipeline as one
+push.
 """
 
-from population.apply import ApplyReport, apply, apply_batch
+from population.apply import ApplyReport, apply, apply_batch, apply_changes
 from population.driver import ORDERS, populate
 from population.errors import BulkLoadRefused, PopulationError, PopulationInterruptedError
 from population.report import PipelineReport, Report, SideReport, SourceLoad
@@ -39,6 +41,7 @@ __all__ = [
     "Strategy",
     "apply",
     "apply_batch",
+    "apply_changes",
     "completed",
     "interrupted",
     "markers",

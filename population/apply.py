@@ -24,6 +24,13 @@ commit record and errors), and each operator's measured time is recorded for lat
 decisions (:func:`planner.batch.record_operators`).  The report lists the operators'
 decisions (``operators``) and :meth:`ApplyReport.explain` shows each with its reason.
 
+A batch that changes several sources of a pipeline at once (a fact table and its
+dimensions, as a change-data-capture micro-batch does) is applied by
+:func:`apply_changes` as one push (:meth:`joinstate.Pipeline.push_many`): every
+operator runs once for all of them, one transaction.  Each operator's path is decided
+from the sources that reach it: their incremental estimates add up, while a recompute
+scans its indexes once for all of them.
+
 A target without a recompute path (:func:`population.recompute.unavailable`) is decided
 ``incremental`` by ``"auto"`` (the decision says why) and refuses ``"recompute"`` with
 :class:`PopulationError`.
@@ -58,7 +65,7 @@ if TYPE_CHECKING:
     from joinstate.maintained import Maintained
     from joinstate.ops.base import OperatorRun
 
-__all__ = ["ApplyReport", "ApplyStrategy", "apply", "apply_batch"]
+__all__ = ["ApplyReport", "ApplyStrategy", "apply", "apply_batch", "apply_changes"]
 
 ApplyStrategy = Literal["auto", "incremental", "recompute"]
 _STRATEGIES: tuple[str, ...] = get_args(ApplyStrategy)
@@ -202,3 +209,108 @@ def _apply_pipeline(pipeline: joinstate.Pipeline, source: str, delta: pa.Table |
     phases = {"scan_ms": scan_ms} if scan_ms else {}
     return ApplyReport(face.value(pipeline, outs), overall, decision, ms, replayed, phases,
                        tuple(decisions), runs, dict(chosen.runs))
+
+
+def apply_changes(
+    pipeline: joinstate.Pipeline, changes: Mapping[str, pa.Table | pa.RecordBatch], *,
+    strategy: ApplyStrategy = "auto", commit_id: str | None = None,
+) -> ApplyReport:
+    """Apply change sets to several sources of ``pipeline`` as one push.
+
+    ``changes``: change sets by source name.  The output is the sum of what
+    :func:`apply_batch` per source would return, in one transaction (all or nothing)
+    that runs every operator once (:meth:`joinstate.Pipeline.push_many`).
+    ``strategy``: as :func:`apply_batch`; ``"auto"`` decides each operator from every
+    source that reaches it (:func:`combined_decisions`).  ``commit_id``: exactly-once for
+    the whole set of changes.  A push to several sources records no measured runs for
+    the planner: its operators' times mix the sources' fan-outs, which later per-source
+    decisions could not tell apart.
+    """
+    if strategy not in _STRATEGIES:
+        raise PopulationError(f"strategy={strategy!r} must be one of {_STRATEGIES}")
+    if getattr(pipeline, "kind", None) != "pipeline":
+        raise PopulationError(
+            "apply_changes applies changes to several sources of a pipeline in one push; "
+            f"{pipeline!r} is not a pipeline (a join's sides are applied one at a time "
+            "with apply_batch)")
+    if not changes:
+        raise PopulationError(
+            f"apply_changes on pipeline {pipeline.name!r} was given no change set; give "
+            f"one per changed source (its sources: {list(pipeline.sources)})")
+    if len(changes) == 1:
+        ((source, delta),) = changes.items()
+        return _apply_pipeline(pipeline, source, delta, strategy, commit_id)
+    face = face_of(pipeline)
+    planned = combined_decisions(pipeline, changes)
+    if strategy == "auto":
+        decisions = planned
+    else:
+        decisions = [Decision(d.topic, d.subject, strategy,
+                              f"{strategy}: fixed by the caller (the planner would choose "
+                              f"{d.reason})", d.figures, d.rule) for d in planned]
+    choices = {str(d.figures["operator"]): str(d.choice) for d in decisions}
+    on = sorted(label for label, c in choices.items() if c == "recompute")
+    overall = ("recompute" if on and len(on) == len(choices) else
+               f"recompute for {', '.join(on)}, incremental for the rest" if on else
+               "incremental")
+    names = ", ".join(repr(s) for s in changes)
+    rows = sum(d.num_rows for d in changes.values())
+    reason = (f"{len(choices)} operator(s) with a choice; "
+              + (f"recompute: {', '.join(on)}" if on else "all incremental")
+              if choices else "no operator the push reaches reads its input state by key")
+    decision = Decision(planned[0].topic if planned else "batch_strategy",
+                        f"pipeline {pipeline.name!r}, sources {names}", overall,
+                        f"{reason} (per operator below)",
+                        {"batch_rows": rows, "operators": choices}, "recompute")
+    replayed = commit_id is not None and pipeline.committed(commit_id)
+    chosen = Strategies(choices)
+    t0 = time.perf_counter()
+    outs = pipeline.push_many(changes, commit_id=commit_id, strategies=chosen)
+    ms = (time.perf_counter() - t0) * 1e3
+    runs = {label: run.ms for label, run in chosen.runs.items() if label in choices}
+    scan_ms = sum(run.scan_ms for run in chosen.runs.values())
+    phases = {"scan_ms": scan_ms} if scan_ms else {}
+    return ApplyReport(face.value(pipeline, outs), overall, decision, ms, replayed, phases,
+                       tuple(decisions), runs, dict(chosen.runs))
+
+
+def combined_decisions(pipeline: joinstate.Pipeline,
+                       changes: Mapping[str, pa.Table | pa.RecordBatch]) -> list[Decision]:
+    """Each operator's path for one push of several sources' changes.
+
+    Every source is decided on its own (:func:`planner.batch.decide_operators`); an
+    operator several of them reach takes the cheaper of the summed incremental
+    estimates and the largest recompute estimate (a recompute scans each index once,
+    whatever number of sources changed); one whose every index is held in memory for
+    all of them stays incremental, as for one source.
+    """
+    by_label: dict[str, list[tuple[str, Decision]]] = {}
+    for source, delta in changes.items():
+        for d in decide_operators(pipeline, source, delta):
+            by_label.setdefault(str(d.figures["operator"]), []).append((source, d))
+    out: list[Decision] = []
+    for label, found in by_label.items():
+        if len(found) == 1:
+            out.append(found[0][1])
+            continue
+        names = ", ".join(repr(s) for s, _ in found)
+        subject = f"pipeline {pipeline.name!r}, operator {label} (push to {names})"
+        inc = sum(float(d.figures.get("incremental_ms", 0.0)) for _, d in found)
+        rec = max(float(d.figures.get("recompute_ms", 0.0)) for _, d in found)
+        figures = {"operator": label,
+                   "batch_rows": sum(float(d.figures.get("batch_rows", 0)) for _, d in found),
+                   "scanned_rows": max(float(d.figures.get("scanned_rows", 0))
+                                       for _, d in found),
+                   "incremental_ms": round(inc, 3), "recompute_ms": round(rec, 3),
+                   "sources": [s for s, _ in found]}
+        if all(d.figures.get("held_in_memory") for _, d in found):
+            choice = "incremental"
+            reason = f"incremental: reached by {names}; {found[0][1].reason}"
+        else:
+            choice = "recompute" if rec < inc else "incremental"
+            reason = (f"{choice}: reached by {names}; incremental ~{inc:,.1f} ms (the "
+                      f"sources' estimates added) against recompute ~{rec:,.1f} ms (one "
+                      "scan of its indexes for all of them: the largest estimate)")
+        out.append(Decision(found[0][1].topic, subject, choice, reason, figures,
+                            found[0][1].rule))
+    return out

@@ -752,6 +752,31 @@ class PipelineHarness:
             self.check()
         return deltas
 
+    def push_many(self, changes: Mapping[str, Sequence[Entry]], *, commit_id: str | None = None,
+                  check: bool = True, via: Any = None) -> dict[str, Counter[Row]]:
+        """Push several sources' changes at once (``via``: a callable taking the pipeline
+        and the tables, e.g. ``population.apply_changes``; default ``push_many``)."""
+        tables = {s: make_delta(self.sources[s].schema, e) for s, e in changes.items()}
+        outs = (self.pipeline.push_many(tables, commit_id=commit_id) if via is None
+                else via(self.pipeline, tables))
+        self.pushes += 1
+        assert set(outs) == set(self.outputs), f"push returned {sorted(outs)}\n{self._where()}"
+        deltas = {}
+        for o, table in outs.items():
+            node = self.outputs[o]
+            self._check_schema(f"push_many output {o!r}", table.schema, node)
+            deltas[o] = zset_of(table, node.schema.names)
+            assert len(deltas[o]) == table.num_rows, (
+                f"output {o!r} is not consolidated (repeated rows or zero weights):\n"
+                f"{table.to_pylist()}\n{self._where()}")
+            self.integrated[o] = zadd(self.integrated[o], deltas[o])
+            self.changed[o] += bool(deltas[o])
+        for source, entries in changes.items():
+            self.inputs[source] = zadd(self.inputs[source], consolidate(entries))
+        if check:
+            self.check()
+        return deltas
+
     def check(self) -> None:
         want = evaluate(self.outputs, self.inputs)
         for o in self.outputs:

@@ -6,9 +6,12 @@ what to read:
 
 * An inner join with one changed input uses the classic rule ΔS ⋈ O: probe the other
   input's index with the changed keys (:meth:`JoinOp.one_side`).
-* Any other join, or a push that changes both inputs (a self-join, a diamond),
-  recomputes the join on the changed keys only: read both inputs' stored rows of those
-  keys, and emit J(new) - J(old) for them (:meth:`JoinOp.recompute`).
+* An inner join with both inputs changed (a self-join, a diamond, a push to several
+  sources) adds the two one-sided probes and the changes joined to each other
+  (:meth:`JoinOp.both_sides`).
+* Any other join recomputes the join on the changed keys only: read both inputs'
+  stored rows of those keys, and emit J(new) - J(old) for them
+  (:meth:`JoinOp.recompute`); outer, semi and anti joins are not bilinear.
 * Rows whose key is NULL never match: a preserved side emits them as they come.
 
 Either way the stored rows are read by key, or, on the recompute path, by one scan of
@@ -18,11 +21,13 @@ same output.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
 
+from joinstate._bytes import Bytes
+from joinstate._probe import Entries
 from joinstate.joinrule import JoinRule
 from joinstate.ops.keyed import KeyedOperator
 from joinstate.zset import group_keys
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     from joinstate._index import Index
     from joinstate.nodes import JoinNode
     from joinstate.ops.base import Delta, PushContext
+    from joinstate.ops.keyed import Keyed
     from joinstate.physical import PhysicalPlan
 
 __all__ = ["JoinOp"]
@@ -81,7 +87,45 @@ class JoinOp(KeyedOperator):
         ins = self.cancelled(ins)
         if all(d is None for d in ins):
             return None
+        if self.node.how == "inner":
+            if any(d is None for d in ins):
+                return self.one_side(ins, ctx)
+            return self.both_sides(ins, ctx)
         return self.recompute(ins, ctx)
+
+    def both_sides(self, ins: list[Delta | None], ctx: PushContext) -> Delta | None:
+        """An inner join with both inputs changed: ΔL ⋈ R + L ⋈ ΔR + ΔL ⋈ ΔR.
+
+        L and R are the inputs before the push (what the indexes hold), so each
+        one-sided term probes only the other input's index, with only its own changed
+        keys: a batch that changes a fact table and its dimension together reads the
+        dimension for the facts' keys and the facts for the dimension's keys, as two
+        pushes would, never the fact index for the facts' own keys (which
+        :meth:`recompute` would).  The last term pairs the two changes in memory.
+        """
+        parts = [out for out in (self.one_side([ins[0], None], ctx),
+                                 self.one_side([None, ins[1]], ctx)) if out is not None]
+        keyed = self.keyed(ins)
+        if all(k is not None and len(k[4]) for k in keyed):
+            present = cast("list[Keyed]", keyed)
+            kg = group_keys(np.concatenate([k[3] for k in present]),
+                            Bytes.concat([k[2] for k in present]))
+            sides: list[Entries] = []
+            offset = 0
+            for pos, (table, w, _, _, nn) in enumerate(present):
+                r = self.readers[pos]
+                schema = r.empty(ctx.index(r.plan).schema).schema
+                rows = table.take(pa.array(nn)).select(r.columns).cast(schema)
+                sides.append(Entries(rows, w[nn], kg.inv[offset:offset + len(nn)]))
+                offset += len(nn)
+            parts += self.rule.join(sides[0], sides[1], len(kg))
+        parts = [p for p in parts if len(p[1])]
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        return (pa.concat_tables([t for t, _ in parts]),
+                np.concatenate([w for _, w in parts]))
 
     def one_side(self, ins: list[Delta | None], ctx: PushContext, *,
                  cancel_matched: bool = False) -> Delta | None:
