@@ -30,8 +30,12 @@ from-scratch time is compared with.
 rows held out of the population.  Here rows are held out once, at the largest size,
 and each size's batch re-inserts as many of them as its share gives.
 
-**What is reported**, per query and size: the three times (the sum of every source's
-apply, dimensions first), the planner's choice per source (one letter each: ``i``
+**How a batch is applied** (``push``): by default as one push of every source's change
+(:func:`population.apply_changes`); ``push="source"`` applies one source at a time,
+dimensions first, and times each (what the facts-only count needs).
+
+**What is reported**, per query and size: the three times (the batch's push, or the sum
+of every source's apply), the planner's choice per source (one letter each: ``i``
 incremental, ``r`` recompute, ``m`` some operators recomputed), ``choice/best``
 (``auto``'s time over the faster of the two fixed paths) measured, and *by plan*:
 where ``auto``'s choice equals one of the fixed paths for every source (every operator
@@ -80,7 +84,8 @@ from bench.tpcds_all import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["DEFAULT_SIZES", "DUCKDB_RUNS", "REPEAT", "TARGET", "WAYS", "PathsResult",
+__all__ = ["DEFAULT_SIZES", "DUCKDB_RUNS", "ONE_PUSH", "PUSHES", "REPEAT", "TARGET", "WAYS",
+           "PathsResult",
            "SizeResult", "copy_store", "from_partial", "run", "run_query", "summarize",
            "to_markdown", "write_report"]
 
@@ -92,6 +97,13 @@ TARGET = 1.2
 DUCKDB_RUNS = 3
 REPEAT = 2
 """Runs of each way per size (from the same state each time); the fastest is reported."""
+PUSHES = ("batch", "source")
+"""How a batch is applied: ``batch``, every source's change in one push
+(:func:`population.apply_changes`, what a micro-batch of change capture is); ``source``,
+one push per source, dimensions first (:func:`population.apply_batch`), which times
+each source apart."""
+ONE_PUSH = "one push"
+"""The name a ``batch`` run gives its one apply where a ``source`` run names sources."""
 
 
 def copy_store(src: Path, dst: Path) -> None:
@@ -237,7 +249,8 @@ def _copy_integrated(src: Integrated) -> Integrated:
 
 def _apply_way(n: int, way: str, sql: str, srcs: Mapping[str, Any], base_dir: Path,
                work: Path, deltas: Mapping[str, pa.Table], integrated: Integrated,
-               want: pa.Table, lim: pa.Table, order: Sequence[str], sr: SizeResult) -> None:
+               want: pa.Table, lim: pa.Table, order: Sequence[str], sr: SizeResult,
+               push: str = "batch") -> None:
     """Apply the batch ``way`` to a fresh copy of the populated store; time and check it.
 
     The fastest of the repeated runs of a way is kept (its plan and operator times
@@ -265,9 +278,12 @@ def _apply_way(n: int, way: str, sql: str, srcs: Mapping[str, Any], base_dir: Pa
             choices: dict[str, str] = {}
             reasons: dict[str, str] = {}
             estimates: dict[str, dict[str, dict[str, float]]] = {}
-            for s in sorted(deltas, key=lambda s: (s in FACTS, s)):
+            pushes: list[tuple[str, Mapping[str, pa.Table]]] = (
+                [(ONE_PUSH, deltas)] if push == "batch" else
+                [(s, {s: deltas[s]}) for s in sorted(deltas, key=lambda s: (s in FACTS, s))])
+            for s, changes in pushes:
                 t0, c0 = time.perf_counter(), time.thread_time()
-                rep = population.apply_batch(p, s, deltas[s], strategy=way)  # type: ignore[arg-type]
+                rep = population.apply_changes(p, changes, strategy=way)  # type: ignore[arg-type]
                 per_source[s] = time.perf_counter() - t0
                 per_cpu[s] = time.thread_time() - c0
                 total += per_source[s]
@@ -310,7 +326,7 @@ def _duckdb_seconds(oracle: Oracle, sql: str) -> float:
 
 def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *,
               sizes: Sequence[float] = DEFAULT_SIZES, seed: int = 0, repeat: int = REPEAT,
-              step: Callable[[str], None] | None = None) -> PathsResult:
+              step: Callable[[str], None] | None = None, push: str = "batch") -> PathsResult:
     """Populate query ``n`` once; per size, one batch applied each of the :data:`WAYS`."""
     import joinstate
     import population
@@ -354,7 +370,7 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *,
                 say(f"size {size:g}")
                 res.sizes.append(_one_size(n, sql, srcs, base_dir, work, changes, held,
                                            oracle, populated, integrated, order, size,
-                                           scratch, say, repeat))
+                                           scratch, say, repeat, push))
         finally:
             oracle.close()
         bad = [(s.size, w, c) for s in res.sizes for w, c in s.checks.items() if not c["ok"]]
@@ -381,8 +397,8 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *,
 def _one_size(n: int, sql: str, srcs: Mapping[str, Any], base_dir: Path, work: Path,
               changes: Changes, held: Mapping[str, pa.Table], oracle: Oracle,
               populated: pa.Table, integrated: Integrated, order: Sequence[str],
-              size: float, scratch: QueryResult, say: Callable[[str], None], repeat: int
-              ) -> SizeResult:
+              size: float, scratch: QueryResult, say: Callable[[str], None], repeat: int,
+              push: str = "batch") -> SizeResult:
     """One batch of ``size`` drawn from the populated state, applied each way, undone."""
     sr = SizeResult(size)
     snap = changes.snapshot()
@@ -402,7 +418,7 @@ def _one_size(n: int, sql: str, srcs: Mapping[str, Any], base_dir: Path, work: P
             for way in WAYS:
                 say(f"size {size:g}: {way} (run {r + 1} of {repeat})")
                 _apply_way(n, way, sql, srcs, base_dir, work, b.deltas, integrated, want,
-                           lim, order, sr)
+                           lim, order, sr, push)
     finally:
         changes.restore(snap)
         oracle.load(changes.tables.t, b.deltas)
@@ -415,9 +431,11 @@ def _one_size(n: int, sql: str, srcs: Mapping[str, Any], base_dir: Path, work: P
 def run(queries: Sequence[int], sf: float, *, sizes: Sequence[float] = DEFAULT_SIZES,
         seed: int = 0, repeat: int = REPEAT, workdir: Path | None = None,
         cache_dir: Path | None = None, jobs: int = 1,
-        say: Callable[[str], None] | None = None, partial: Path | None = None
-        ) -> dict[str, Any]:
+        say: Callable[[str], None] | None = None, partial: Path | None = None,
+        push: str = "batch") -> dict[str, Any]:
     """Every query of ``queries`` at ``sf`` (see the module docstring): a JSON-able dict.
+
+    ``push``: one of :data:`PUSHES`.
 
     ``partial``: a file that gets each query's row as one JSON line the moment it is
     done (a long run's results readable before it ends, and kept if it is stopped).
@@ -429,6 +447,8 @@ def run(queries: Sequence[int], sf: float, *, sizes: Sequence[float] = DEFAULT_S
             "0.0001,0.001,0.01,0.1")
     if repeat < 1:
         raise tpcds_all.QueryArgumentError(f"--repeat {repeat}: give at least 1")
+    if push not in PUSHES:
+        raise tpcds_all.QueryArgumentError(f"--push {push}: give one of {', '.join(PUSHES)}")
     t0 = time.perf_counter()
     tell: Callable[[str], None] = say or (lambda _: None)
     tell(f"loading TPC-DS SF{sf:g}")
@@ -452,7 +472,7 @@ def run(queries: Sequence[int], sf: float, *, sizes: Sequence[float] = DEFAULT_S
                     tell(f"q{n}: {what}")
 
                 finished(run_query(n, base, work, sizes=sizes, seed=seed, repeat=repeat,
-                                   step=step))
+                                   step=step, push=push))
         else:
             from concurrent.futures import ProcessPoolExecutor, as_completed
             from multiprocessing import get_context
@@ -460,7 +480,8 @@ def run(queries: Sequence[int], sf: float, *, sizes: Sequence[float] = DEFAULT_S
             with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"),
                                      initializer=_worker_init,
                                      initargs=(sf, cache_dir)) as pool:
-                futures = {pool.submit(_worker_run, n, work, tuple(sizes), seed, repeat): n
+                futures = {pool.submit(_worker_run, n, work, tuple(sizes), seed, repeat,
+                                       push): n
                            for n in queries}
                 for f in as_completed(futures):
                     finished(f.result())
@@ -469,7 +490,7 @@ def run(queries: Sequence[int], sf: float, *, sizes: Sequence[float] = DEFAULT_S
             shutil.rmtree(work, ignore_errors=True)
     results = [done[n] for n in queries]
     rows = [_row(r) for r in results]
-    return {"sf": sf, "seed": seed, "sizes": list(sizes), "repeat": repeat,
+    return {"sf": sf, "seed": seed, "sizes": list(sizes), "repeat": repeat, "push": push,
             "queries": list(queries), "jobs": jobs, "seconds": time.perf_counter() - t0,
             "ok": all(r.ok for r in results), "environment": _environment(),
             "summary": summarize(rows), "results": rows}
@@ -490,9 +511,9 @@ def _worker_init(sf: float, cache_dir: Path | None) -> None:
     _BASE.update(tpcds_all.load_tables(sf, cache_dir))
 
 
-def _worker_run(n: int, work: Path, sizes: tuple[float, ...], seed: int, repeat: int
-                ) -> PathsResult:
-    return run_query(n, _BASE, work, sizes=sizes, seed=seed, repeat=repeat)
+def _worker_run(n: int, work: Path, sizes: tuple[float, ...], seed: int, repeat: int,
+                push: str = "batch") -> PathsResult:
+    return run_query(n, _BASE, work, sizes=sizes, seed=seed, repeat=repeat, push=push)
 
 
 def _row(r: PathsResult) -> dict[str, Any]:
@@ -535,7 +556,10 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if s["duckdb_s"] is None or "auto" not in s["seconds"]:
             return False
         mine = _fact_seconds(s) if facts_only else s["seconds"]["auto"]
-        return mine < s["duckdb_s"]
+        return mine is not None and mine < s["duckdb_s"]
+
+    per_source = [r for r in ran if all(
+        _fact_seconds(x) is not None for x in r["sizes"] if "auto" in x["seconds"])]
 
     # two runs of one plan: auto's, and the fixed way whose plan it ran for every source
     spread: dict[str, list[float]] = {"wall": [], "cpu": []}
@@ -566,13 +590,20 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "over_target_by_plan": sorted(r["query"] for r in ran if not within(r, "plan_ratio")),
         "smallest_beats_duckdb": sum(beats(r) for r in ran),
         "duckdb_wins": sorted(r["query"] for r in ran if not beats(r)),
-        "smallest_facts_beat_duckdb": sum(beats(r, facts_only=True) for r in ran),
+        "smallest_facts_beat_duckdb": (sum(beats(r, facts_only=True) for r in per_source)
+                                       if per_source else None),
     }
 
 
-def _fact_seconds(size: Mapping[str, Any]) -> float:
-    """``auto``'s seconds for the fact tables' applies of a batch (dimension updates out)."""
-    return sum(t for s, t in size["source_seconds"].get("auto", {}).items() if s in FACTS)
+def _fact_seconds(size: Mapping[str, Any]) -> float | None:
+    """``auto``'s seconds for the fact tables' applies of a batch (dimension updates out).
+
+    None for a batch applied as one push: no source was timed apart.
+    """
+    secs = size["source_seconds"].get("auto", {})
+    if ONE_PUSH in secs:
+        return None
+    return sum(t for s, t in secs.items() if s in FACTS)
 
 
 def _ms(x: float | None) -> str:
@@ -614,11 +645,15 @@ def to_markdown(results: Mapping[str, Any]) -> str:
         f"- smallest batch ({min(sizes):g}) faster than DuckDB from scratch: "
         f"{s['smallest_beats_duckdb']}"
         + (f" (DuckDB faster: {_qs(s['duckdb_wins'])})" if s["duckdb_wins"] else ""),
-        f"- the same, counting only the fact tables' applies (the batch's dimension "
-        f"updates left out): {s['smallest_facts_beat_duckdb']}",
+        (f"- the same, counting only the fact tables' applies (the batch's dimension "
+         f"updates left out): {s['smallest_facts_beat_duckdb']}"
+         if s["smallest_facts_beat_duckdb"] is not None else
+         "- each batch was applied as one push of every source's change (no source timed "
+         "apart; `--push source` times them one by one)"),
         "",
-        "Per size: ms of incremental / recompute / auto (every source's apply), auto's "
-        "choice per source (i incremental, r recompute, m mixed per operator), the ratio "
+        "Per size: ms of incremental / recompute / auto (the batch's push, or every "
+        "source's apply), auto's "
+        "choice per push (i incremental, r recompute, m mixed per operator), the ratio "
         "of auto to the faster fixed path by plan (in brackets: measured, and by plan in "
         "CPU seconds). DuckDB: ms from scratch after the smallest batch (median of 3).",
         "",
@@ -646,7 +681,8 @@ def to_markdown(results: Mapping[str, Any]) -> str:
             ddb = small["duckdb_s"]
             if ddb and "auto" in small["seconds"]:
                 vs = f"{small['seconds']['auto'] / ddb:.2f}"
-                fv = f"{_fact_seconds(small) / ddb:.2f}"
+                facts = _fact_seconds(small)
+                fv = "-" if facts is None else f"{facts / ddb:.2f}"
         lines.append(f"| q{r['query']} | {r['population_s'] or 0:.1f} | " + " | ".join(cells)
                      + f" | {_ms(ddb)} | {vs} | {fv} |")
     losers = [r for r in results["results"] if r["query"] in s["duckdb_wins"]]
@@ -703,14 +739,15 @@ def _qs(numbers: Sequence[int]) -> str:
 
 
 def from_partial(path: Path, sf: float, sizes: Sequence[float] = DEFAULT_SIZES, *,
-                 seed: int = 0, repeat: int = REPEAT, jobs: int = 1) -> dict[str, Any]:
+                 seed: int = 0, repeat: int = REPEAT, jobs: int = 1,
+                 push: str = "batch") -> dict[str, Any]:
     """The results of a run (stopped or still going) from its ``partial`` file.
 
     The rows are those written so far, in query order; ``seconds`` is 0 (unknown).
     """
     rows = sorted((json.loads(line) for line in path.read_text().splitlines() if line),
                   key=lambda r: r["query"])
-    return {"sf": sf, "seed": seed, "sizes": list(sizes), "repeat": repeat,
+    return {"sf": sf, "seed": seed, "sizes": list(sizes), "repeat": repeat, "push": push,
             "queries": [r["query"] for r in rows], "jobs": jobs, "seconds": 0.0,
             "ok": all(r["ok"] for r in rows), "environment": _environment(),
             "summary": summarize(rows), "results": rows}

@@ -71,10 +71,18 @@ def test_copy_store_is_exact_and_leaves_the_original(tmp_path: Path) -> None:
         assert _right(store) == want
 
 
-def test_paths_per_query_checked_and_timed(base: dict[str, pa.Table], tmp_path: Path) -> None:
-    r = tpcds_paths.run_query(12, base, tmp_path, sizes=(0.01,), repeat=1)  # a window
+@pytest.mark.parametrize("push", tpcds_paths.PUSHES)
+def test_paths_per_query_checked_and_timed(base: dict[str, pa.Table], tmp_path: Path,
+                                           push: str) -> None:
+    r = tpcds_paths.run_query(12, base, tmp_path, sizes=(0.01,), repeat=1,  # a window
+                              push=push)
     assert r.status == "ok", (r.reason, r.traceback)
     (s,) = r.sizes
+    assert set(s.source_seconds["auto"]) == (
+        {tpcds_paths.ONE_PUSH} if push == "batch" else set(r.sources))
+    row = tpcds_paths._row(r)  # noqa: SLF001
+    facts = tpcds_paths.summarize([row])["smallest_facts_beat_duckdb"]
+    assert (facts is None) == (push == "batch")
     assert set(s.checks) == set(tpcds_paths.WAYS)
     assert all(c["ok"] for c in s.checks.values())
     assert all(s.seconds[w] > 0 for w in tpcds_paths.WAYS)
@@ -143,6 +151,7 @@ def test_paths_vacuous_query_fails(base: dict[str, pa.Table], tmp_path: Path) ->
     (["--paths"], "--paths needs --queries"),
     (["--queries", "3", "--paths", "--sizes", "0,0.1"], "--sizes"),
     (["--queries", "3", "--paths", "--repeat", "0"], "--repeat"),
+    (["--push", "source"], "--push needs --queries and --paths"),
 ])
 def test_paths_cli_refuses(args: list[str], needle: str) -> None:
     res = cli_runner.run("bench", "tpcds", *args)

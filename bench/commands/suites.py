@@ -107,14 +107,18 @@ def _check_failed(message: str) -> int:
               "0.0001,0.001,0.01,0.1), one batch applied incrementally, by recompute and "
               "as the planner chooses, from the same populated state, --repeat times each "
               "(default 2), each checked and timed beside DuckDB (bench/tpcds_paths.py).")
+@click.option("--push", "push", type=click.Choice(["batch", "source"]), default="batch",
+              show_default=True,
+              help="With --paths: apply each batch as one push of every source's change "
+              "(batch), or one push per source, dimensions first, each timed (source).")
 @seed_option()
 @workdir_option("Keep the RocksDB directories here (default: a temporary directory).")
 @cache_dir_option()
 def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
           out: Path | None, repeat: int, shards: int, spark_share: float | None,
           streaming: bool, unshared: bool, chunk_rows: int, check: str, queries: str | None,
-          jobs: int, paths: bool, seed: int, workdir: Path | None, cache_dir: Path | None
-          ) -> int:
+          jobs: int, paths: bool, push: str, seed: int, workdir: Path | None,
+          cache_dir: Path | None) -> int:
     """TPC-DS query 4 kept live by a pipeline, every answer checked against DuckDB.
 
     The q4 pipeline populated --rounds times per --strategies, the order reversed each
@@ -137,9 +141,13 @@ def tpcds(sf: float, strategies: str, rounds: int, sizes: str, spark: bool,
         given = click.get_current_context().get_parameter_source
         return _tpcds_paths(queries, sf, out, seed, workdir, cache_dir, jobs,
                             sizes if given("sizes") is ParameterSource.COMMANDLINE else None,
-                            repeat if given("repeat") is ParameterSource.COMMANDLINE else None)
+                            repeat if given("repeat") is ParameterSource.COMMANDLINE else None,
+                            push)
     if paths:
         raise CliError("--paths needs --queries (which TPC-DS queries to time)")
+    if push != "batch":
+        raise CliError("--push needs --queries and --paths (it says how their batches are "
+                       "applied)")
     if queries is not None:
         return _tpcds_queries(queries, sf, out, seed, workdir, cache_dir, jobs)
     from bench import tpcds_cli
@@ -216,7 +224,7 @@ def _tpcds_queries(queries: str, sf: float, out: Path | None, seed: int,
 
 def _tpcds_paths(queries: str, sf: float, out: Path | None, seed: int,
                  workdir: Path | None, cache_dir: Path | None, jobs: int, sizes: str | None,
-                 repeat: int | None) -> int:
+                 repeat: int | None, push: str = "batch") -> int:
     """``tpcds --queries --paths``: bench.tpcds_paths over the named queries."""
     from bench import tpcds_paths
 
@@ -235,7 +243,7 @@ def _tpcds_paths(queries: str, sf: float, out: Path | None, seed: int,
     err = rich_console(stderr=True)
     results = tpcds_paths.run(
         numbers, sf, sizes=size_list, seed=seed, repeat=repeat or tpcds_paths.REPEAT,
-        workdir=workdir, cache_dir=cache_dir, jobs=jobs, partial=partial,
+        workdir=workdir, cache_dir=cache_dir, jobs=jobs, partial=partial, push=push,
         say=lambda line: err.print(line, soft_wrap=True, markup=False))
     files = tpcds_paths.write_report(results, out_dir)
     s = results["summary"]
