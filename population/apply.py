@@ -279,10 +279,11 @@ def combined_decisions(pipeline: joinstate.Pipeline,
     """Each operator's path for one push of several sources' changes.
 
     Every source is decided on its own (:func:`planner.batch.decide_operators`); an
-    operator several of them reach takes the cheaper of the summed incremental
-    estimates and the largest recompute estimate (a recompute scans each index once,
-    whatever number of sources changed); one whose every index is held in memory for
-    all of them stays incremental, as for one source.
+    operator several of them reach is recomputed only if that is cheaper by the rule's
+    margin, comparing the summed incremental estimates with one recompute: the largest
+    of the sources' scans (a recompute scans each index once, whatever number of
+    sources changed) plus each source's per-row and fixed costs.  One whose every
+    index is held in memory for all of them stays incremental, as for one source.
     """
     by_label: dict[str, list[tuple[str, Decision]]] = {}
     for source, delta in changes.items():
@@ -296,21 +297,27 @@ def combined_decisions(pipeline: joinstate.Pipeline,
         names = ", ".join(repr(s) for s, _ in found)
         subject = f"pipeline {pipeline.name!r}, operator {label} (push to {names})"
         inc = sum(float(d.figures.get("incremental_ms", 0.0)) for _, d in found)
-        rec = max(float(d.figures.get("recompute_ms", 0.0)) for _, d in found)
+        scans = [float(d.figures.get("recompute_us_per_scanned_row", 0.0))
+                 * float(d.figures.get("scanned_rows", 0)) / 1e3 for _, d in found]
+        rec = max(scans) + sum(float(d.figures.get("recompute_ms", 0.0)) - scan
+                               for (_, d), scan in zip(found, scans, strict=True))
+        margin = max(float(d.figures.get("margin", 0.0)) for _, d in found)
         figures = {"operator": label,
                    "batch_rows": sum(float(d.figures.get("batch_rows", 0)) for _, d in found),
                    "scanned_rows": max(float(d.figures.get("scanned_rows", 0))
                                        for _, d in found),
                    "incremental_ms": round(inc, 3), "recompute_ms": round(rec, 3),
-                   "sources": [s for s, _ in found]}
+                   "margin": margin, "sources": [s for s, _ in found]}
         if all(d.figures.get("held_in_memory") for _, d in found):
             choice = "incremental"
             reason = f"incremental: reached by {names}; {found[0][1].reason}"
         else:
-            choice = "recompute" if rec < inc else "incremental"
+            choice = "recompute" if rec < inc * (1.0 - margin) else "incremental"
             reason = (f"{choice}: reached by {names}; incremental ~{inc:,.1f} ms (the "
                       f"sources' estimates added) against recompute ~{rec:,.1f} ms (one "
-                      "scan of its indexes for all of them: the largest estimate)")
+                      "scan of its indexes for all of them, plus each source's rows)"
+                      + ("" if choice == "recompute" or rec >= inc else
+                         f"; recompute is not {margin:.0%} cheaper"))
         out.append(Decision(found[0][1].topic, subject, choice, reason, figures,
                             found[0][1].rule))
     return out

@@ -257,3 +257,38 @@ def test_a_view_recorded_without_join_orders_attaches_with_data_given(tmp_path) 
     with joinstate.StateStore(tmp_path / "s") as store:
         p = compile(SQL, sources(), store=store, name="v", stats=data)  # data says f, b, a
         assert p.read("v").num_rows == 0
+
+
+SF1_ROWS = {"store_sales": 2_880_404, "catalog_sales": 1_441_548, "web_sales": 719_384,
+            "inventory": 11_745_000, "store_returns": 287_514, "catalog_returns": 144_067,
+            "web_returns": 71_763, "customer": 100_000, "customer_address": 50_000,
+            "customer_demographics": 1_920_800, "date_dim": 73_049, "time_dim": 86_400,
+            "item": 18_000, "store": 12, "household_demographics": 7_200, "promotion": 300,
+            "warehouse": 5, "web_site": 30, "web_page": 60, "call_center": 6,
+            "catalog_page": 11_718, "ship_mode": 20, "reason": 35, "income_band": 20}
+"""TPC-DS's row counts at SF1 (what ``joinstate view create`` and Spark views plan from)."""
+
+
+@pytest.mark.parametrize(("n", "root"), [
+    (72, "catalog_sales"),  # not inventory (11.7M rows), which meets the sales by week
+    (85, "web_returns"),  # not customer_demographics, which meets another by status
+    (84, "customer"),
+    (6, "s"),  # store_sales, not customer (first in FROM)
+])
+def test_root_is_the_input_with_the_most_foreign_keys_with_or_without_counts(
+        n: int, root: str) -> None:
+    """Rooted at the largest input, q72 and q85 exhausted 24 GB at SF1 (killed by the kernel).
+
+    A fact table refers to its dimensions by their unique keys: rooted there, the chain
+    grows only through filters.  The same root whatever the statistics given.
+    """
+    from bench import tpcds, tpcds_all
+
+    base = tpcds_all.load_tables(0.01)
+    srcs = tpcds_all.query_sources(base)
+    counts = {t: SF1_ROWS[t] for t in srcs}
+    samples = {t: planner.stats.given(t, None).replace(sample=tpcds_all.plain(base[t]))
+               for t in srcs}
+    for stats in (counts, samples, None):
+        (first, *_) = plan(tpcds.query(n), srcs, name=f"q{n}", stats=stats).join_orders
+        assert first[0] == root, (n, "counts" if stats is counts else stats and "samples")

@@ -417,10 +417,19 @@ def test_join_order_rule_decides_and_says_why() -> None:
     (d,) = [d for d in plan(sql, SOURCES).decisions if d.topic == "join_order"]
     assert d.choice[0] == "s"  # c is a lookup (joined on its unique key); s is not
     assert "s first" in d.reason and d.rule == "join_order"
-    # with row counts, the largest input that is not a lookup is the root
+    # s refers to c by c's unique key (a fact table's foreign key), e to nothing: s stays
+    # the root however many rows e has, since rooted at e the chain meets s through a
+    # join that multiplies rows before anything filters it
     (d,) = [d for d in plan(sql, SOURCES, stats={"s": 10, "e": 1000, "c": 5}).decisions
             if d.topic == "join_order"]
-    assert d.choice[0] == "e" and d.figures["rows"]["e"] == 1000
+    assert d.choice[0] == "s" and d.figures["rows"]["e"] == 1000
+    assert "refers to 1 input by their unique key (other candidates: e 0)" in d.reason
+    # between inputs that refer to as many others, the largest by rows, else FROM order
+    two = "SELECT e.label, sum(s.v) FROM s, e WHERE s.k2 = e.ek GROUP BY 1"
+    for stats, root in (({"s": 10, "e": 1000}, "e"), ({"s": 1000, "e": 10}, "s"), (None, "s")):
+        (d,) = [d for d in plan(two, SOURCES, stats=stats).decisions
+                if d.topic == "join_order"]
+        assert d.choice[0] == root, (stats, d.reason)
     assert "join_order" in plan(sql, SOURCES).explain()
 
 

@@ -184,3 +184,46 @@ def test_apply_changes_equals_pushes_one_by_one(tmp_path: Path, strategy: Any) -
             results.append(({k: w for k, w in total.items() if w}, read(p, "v")))
             p.verify()  # raises StateCorruptedError at the first disagreement
     assert results[0] == results[1]
+
+
+def test_each_operator_is_decided_from_every_source_reaching_it(
+        store: joinstate.StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Summed incremental estimates against one scan plus each source's rows, with the margin."""
+    import importlib
+
+    from planner.rule import Decision
+
+    apply_mod = importlib.import_module("population.apply")
+
+    def decision(label: str, inc: float, rec: float, scan_ms: float, held: bool = False
+                 ) -> Decision:
+        figures = {"operator": label, "incremental_ms": inc, "recompute_ms": rec,
+                   "scanned_rows": 0 if held else 1000, "batch_rows": 10, "margin": 0.2,
+                   "recompute_us_per_scanned_row": scan_ms, "held_in_memory": held}
+        return Decision("batch_strategy", label, "incremental", f"{label} alone", figures,
+                        "recompute")
+
+    per_source = {
+        "sales": [decision("scan", 10, 5, 4), decision("held", 0, 0, 0, held=True),
+                  decision("close", 5, 4.5, 4), decision("mixed", 3, 100, 90),
+                  decision("alone", 1, 50, 40)],
+        "customers": [decision("scan", 10, 5, 4), decision("held", 0, 0, 0, held=True),
+                      decision("close", 5, 4.5, 4), decision("mixed", 0, 0, 0, held=True)],
+    }
+    monkeypatch.setattr(apply_mod, "decide_operators",
+                        lambda p, source, delta: per_source[source])
+    p = loaded(store)
+    got = {str(d.figures["operator"]): d for d in apply_mod.combined_decisions(
+        p, {"sales": delta(SALES, [(9, 1, 1)]), "customers": delta(CUSTOMERS, [(9, "z")])})}
+    # one 4 ms scan plus 1 + 1 ms of rows against 10 + 10 ms by key
+    assert got["scan"].choice == "recompute" and got["scan"].figures["recompute_ms"] == 6
+    assert got["held"].choice == "incremental" and "held alone" in got["held"].reason
+    # 4 + 0.5 + 0.5 = 5 ms against 10: cheaper, but recomputing needs 20% less
+    assert got["close"].choice == "recompute"
+    assert got["mixed"].choice == "incremental"  # 3 ms by key against a 90 ms scan
+    assert got["alone"].reason == "alone alone"  # one source reaches it: its own decision
+    per_source["customers"][2] = decision("close", 0.7, 0.5, 0.4)
+    got = {str(d.figures["operator"]): d for d in apply_mod.combined_decisions(
+        p, {"sales": delta(SALES, [(9, 1, 1)]), "customers": delta(CUSTOMERS, [(9, "z")])})}
+    # 4 + 0.5 + 0.1 = 4.6 ms against 5.7 ms: not 20% cheaper
+    assert got["close"].choice == "incremental" and "not 20% cheaper" in got["close"].reason

@@ -6,10 +6,11 @@ join's key, so a change to any dimension probes one index and writes no intermed
 state, and a change to the fact table flows down the chain.  What makes one order
 cheaper than another is how many rows and columns the intermediate indexes hold:
 
-1. **The root** is the input that is not a lookup (some join of it is not on a unique
-   key of its own: joining it can multiply rows), the one with the most rows when the
-   row counts are known; with several candidates, the largest, else the first in FROM
-   order.  Everything else is then joined to it.
+1. **The root** is an input that is not a lookup (some join of it is not on a unique
+   key of its own: joining it can multiply rows).  Among several, the one that refers
+   to the most others by their unique key (a fact table's foreign keys: those joins
+   never multiply its rows), then the one with the most rows when the row counts are
+   known, then the first in FROM order.  Everything else is then joined to it.
 2. **Next**, among the inputs connected to what is joined so far: lookups (every join on
    a unique key of their own, so no row multiplies) before the others; among lookups,
    the most selective first: a filtered lookup drops rows, so every later intermediate
@@ -147,19 +148,53 @@ class JoinOrder:
         return bool(mine) and all(any(set(k) <= cols for k in inp.unique_keys)
                                   for cols in mine)
 
-    @staticmethod
-    def _root(context: JoinOrderContext, lookup: dict[str, bool],
+    @classmethod
+    def _root(cls, context: JoinOrderContext, lookup: dict[str, bool],
               position: dict[str, int]) -> tuple[str, str]:
         inputs = context.inputs
         facts = [i for i in inputs if not lookup[i.name]] or list(inputs)
+        refs = {i.name: cls._references(i, context) for i in facts}
         known = all(i.rows is not None for i in facts)
-        root = (max(facts, key=lambda i: (i.rows or 0, -position[i.name])) if known
-                else facts[0])
+        root = max(facts, key=lambda i: (refs[i.name], (i.rows or 0) if known else 0,
+                                         -position[i.name]))
         kind = ("not joined on a unique key of its own" if not lookup[root.name]
                 else "every input is joined on a unique key")
+        n = refs[root.name]
+        ref = (f", refers to {n} input{'s' if n != 1 else ''} by their unique key"
+               if n else "")
+        others = [f"{i.name} {refs[i.name]}" for i in facts if i is not root]
+        if others and n:
+            ref += f" (other candidates: {', '.join(others)})"
         size = f", {root.rows:,} rows" if root.rows is not None else ""
-        return root.name, (f"{root.name} first ({kind}{size}): each later join probes and "
-                           "writes one intermediate index keyed by its join key")
+        return root.name, (f"{root.name} first ({kind}{ref}{size}): each later join probes "
+                           "and writes one intermediate index keyed by its join key")
+
+    @staticmethod
+    def _references(inp: JoinInput, context: JoinOrderContext) -> int:
+        """How many inputs ``inp`` joins on their unique key but not on its own.
+
+        The foreign keys of a fact table: each such join finds at most one row per row
+        of ``inp``, so a chain rooted at the input with the most of them grows only
+        through its filters.  An input that is merely the largest may reach the others
+        only through joins that multiply rows (TPC-DS q72: ``inventory`` meets the sales
+        through ``date_dim`` by week, seven dates a week; q85: ``customer_demographics``
+        meets another by marital and education status), and rooted there the first
+        intermediate index holds billions of rows.
+        """
+        unique = {i.name: i.unique_keys for i in context.inputs}
+        n = 0
+        for e in context.edges:
+            if inp.name not in (e.left, e.right):
+                continue
+            mine, other, theirs = ((e.left_columns, e.right, e.right_columns)
+                                   if e.left == inp.name else
+                                   (e.right_columns, e.left, e.left_columns))
+            if other == inp.name:
+                continue
+            if (any(set(k) <= set(theirs) for k in unique.get(other, ()))
+                    and not any(set(k) <= set(mine) for k in inp.unique_keys)):
+                n += 1
+        return n
 
     @staticmethod
     def _why_next(i: JoinInput, is_lookup: bool, candidates: list[str],
