@@ -770,7 +770,7 @@ def run_query(n: int, base: Mapping[str, pa.Table], workdir: Path, *, seed: int 
                     res.batch_rows.append(dict(b.rows))
                     choices = {}
                     t0 = time.perf_counter()
-                    if i == ONE_PUSH_BATCH:  # every source's change in one push
+                    if i == ONE_PUSH_BATCH and b.deltas:  # every source's change at once
                         rep = population.apply_changes(p, b.deltas)
                         integrated.add(rep.output)
                         choices["one push"] = rep.strategy

@@ -279,7 +279,7 @@ def _apply_way(n: int, way: str, sql: str, srcs: Mapping[str, Any], base_dir: Pa
             reasons: dict[str, str] = {}
             estimates: dict[str, dict[str, dict[str, float]]] = {}
             pushes: list[tuple[str, Mapping[str, pa.Table]]] = (
-                [(ONE_PUSH, deltas)] if push == "batch" else
+                ([(ONE_PUSH, deltas)] if deltas else []) if push == "batch" else
                 [(s, {s: deltas[s]}) for s in sorted(deltas, key=lambda s: (s in FACTS, s))])
             for s, changes in pushes:
                 t0, c0 = time.perf_counter(), time.thread_time()

@@ -85,6 +85,7 @@ from planner._sqlorder import hidden_order
 from planner._sqlrel import OrderItem, QueryCompiler, SourceSpec, output_order
 from planner._sqlscope import ambiguous_column
 from planner._sqltypes import describe
+from planner.rules.join_order import JoinOrder
 from planner.views import ViewRecord, record_view, stored_view
 
 if TYPE_CHECKING:
@@ -445,7 +446,7 @@ def _factor_disjunctions(tree: exp.Expr) -> None:
 
 def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
            materialize: bool = True, stats: Mapping[str, Any] | None = None,
-           join_orders: Sequence[Sequence[str]] = (),
+           join_orders: Sequence[Sequence[str]] = (), roots: str = "references",
            ) -> tuple[joinstate.Graph, SQLPlan]:
     """``sql`` as a graph: one source per table read, one output ``name``; and its plan.
 
@@ -458,9 +459,14 @@ def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
     rows each filter keeps, so the most selective dimension is joined first).
     ``join_orders``: orders to keep for the inner join groups, in the order the
     compiler meets them (:attr:`SQLPlan.join_orders` of an earlier plan); a group whose
-    inputs differ from the one recorded is planned afresh.  Needs no store:
+    inputs differ from the one recorded is planned afresh.  ``roots``: how a join
+    group's first input is chosen, ``"references"`` (the input referring to the most
+    others by their unique key, then the largest) or ``"rows"`` (the largest, as views
+    recorded before their join orders were kept were built).  Needs no store:
     :func:`compile` attaches the graph to one.
     """
+    if roots not in ("references", "rows"):
+        raise SQLError(f"roots={roots!r}: give 'references' or 'rows'")
     specs = _specs(sources, stats)
     raw = _parse(sql)
     if stats is not None:  # samples of the sources the SQL reads, for the join order
@@ -470,12 +476,13 @@ def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
     explicit = frozenset(a.name.lower() for a in raw.find_all(exp.TableAlias) if a.name)
     with quoting(explicit):
         return _define(raw, specs, name=name, materialize=materialize,
-                       join_orders=tuple(tuple(o) for o in join_orders))
+                       join_orders=tuple(tuple(o) for o in join_orders),
+                       by_references=roots == "references")
 
 
 def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
-            name: str, materialize: bool, join_orders: tuple[tuple[str, ...], ...] = ()
-            ) -> tuple[joinstate.Graph, SQLPlan]:
+            name: str, materialize: bool, join_orders: tuple[tuple[str, ...], ...] = (),
+            by_references: bool = True) -> tuple[joinstate.Graph, SQLPlan]:
     _precheck(raw)
     _known_tables(raw, specs)
     root = _normalise(raw, specs)
@@ -493,7 +500,8 @@ def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
     body.set("limit", None)
     display = _display_names(raw, root, specs)
     order, hidden = hidden_order(order, body, display) if materialize else (order, [])
-    qc = QueryCompiler(specs, recorded_orders=join_orders)
+    qc = QueryCompiler(specs, recorded_orders=join_orders,
+                       _rule=JoinOrder(by_references=by_references))
     rel = qc.query(body, names=[*display, *hidden])
     sel = _first_select(body) if isinstance(root, exp.Select) else None
     items = output_order(order, list(sel.expressions) if sel is not None else None,
@@ -563,9 +571,11 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     """
     before = stored_view(store, name)
     kept = before.join_orders if before is not None and before.sql == sql else ()
-    if before is not None and before.sql == sql and not kept:
-        stats = counts_only(stats)  # recorded before join orders were: planned from counts
-    graph, sql_plan = define(sql, sources, name=name, stats=stats, join_orders=kept)
+    old = before is not None and before.sql == sql and not kept
+    if old:  # recorded before join orders were: planned as then, from counts, by rows
+        stats = counts_only(stats)
+    graph, sql_plan = define(sql, sources, name=name, stats=stats, join_orders=kept,
+                             roots="rows" if old else "references")
     p = joinstate.Pipeline(store, name, graph, share_indexes=share_indexes)
     specs = _specs(sources, stats)
     record = ViewRecord(

@@ -292,3 +292,35 @@ def test_root_is_the_input_with_the_most_foreign_keys_with_or_without_counts(
     for stats in (counts, samples, None):
         (first, *_) = plan(tpcds.query(n), srcs, name=f"q{n}", stats=stats).join_orders
         assert first[0] == root, (n, "counts" if stats is counts else stats and "samples")
+
+
+@pytest.mark.parametrize("n", [85, 65])
+def test_a_view_built_before_the_roots_counted_foreign_keys_attaches(tmp_path, n: int) -> None:
+    """A store whose record predates recorded join orders was rooted by rows: kept so.
+
+    q85 and q65 root elsewhere now; their old stores must attach (and planner.reopen
+    them) without a JoinSpecMismatchError.
+    """
+    from bench import tpcds, tpcds_all
+    from planner.views import ViewRecord, record_view
+
+    base = tpcds_all.load_tables(0.01)
+    srcs = tpcds_all.query_sources(base)
+    sql = tpcds.query(n)
+    assert (plan(sql, srcs).join_orders
+            != define(sql, srcs, name=f"q{n}", roots="rows")[1].join_orders)
+    with joinstate.StateStore(tmp_path / "s") as store:
+        graph, _ = define(sql, srcs, name=f"q{n}", roots="rows")  # as built back then
+        p = joinstate.Pipeline(store, f"q{n}", graph)
+        p.compile()
+        def key(uk: object) -> tuple[str, ...] | None:
+            return None if uk is None else (uk,) if isinstance(uk, str) else tuple(uk)
+
+        keyed = {t: (srcs[t].schema, key(srcs[t].unique_key)) for t in p.sources}
+        record_view(store, f"q{n}", ViewRecord(sql, keyed))  # no join orders, as then
+    with joinstate.StateStore(tmp_path / "s") as store:
+        compile(sql, srcs, store=store, name=f"q{n}", stats={t: 10**6 for t in srcs})
+    with joinstate.StateStore(tmp_path / "s") as store:
+        planner.reopen(store, f"q{n}")
+    with pytest.raises(SQLError, match="roots="):
+        define(sql, srcs, roots="largest")

@@ -101,9 +101,17 @@ class JoinOrderContext:
 
 
 class JoinOrder:
-    """Orders the inputs of an inner join group for a left-deep chain (see the module)."""
+    """Orders the inputs of an inner join group for a left-deep chain (see the module).
+
+    ``by_references=False`` roots a group as joinstate did before it counted foreign
+    keys (the largest input that is not a lookup, else the first in FROM order): the
+    order views recorded without their join orders were built in.
+    """
 
     name = "join_order"
+
+    def __init__(self, *, by_references: bool = True) -> None:
+        self.by_references = by_references
 
     def apply(self, context: JoinOrderContext) -> Iterable[Decision]:
         """One ``join_order`` decision: ``choice`` is the input names in join order."""
@@ -112,7 +120,7 @@ class JoinOrder:
             return []
         lookup = {n: self._is_lookup(i, context.edges) for n, i in inputs.items()}
         position = {i.name: k for k, i in enumerate(context.inputs)}
-        root, why_root = self._root(context, lookup, position)
+        root, why_root = self._root(context, lookup, position, self.by_references)
         order = [root]
         reasons = [why_root]
         while len(order) < len(inputs):
@@ -150,10 +158,10 @@ class JoinOrder:
 
     @classmethod
     def _root(cls, context: JoinOrderContext, lookup: dict[str, bool],
-              position: dict[str, int]) -> tuple[str, str]:
+              position: dict[str, int], by_references: bool = True) -> tuple[str, str]:
         inputs = context.inputs
         facts = [i for i in inputs if not lookup[i.name]] or list(inputs)
-        refs = {i.name: cls._references(i, context) for i in facts}
+        refs = {i.name: cls._references(i, context) if by_references else 0 for i in facts}
         known = all(i.rows is not None for i in facts)
         root = max(facts, key=lambda i: (refs[i.name], (i.rows or 0) if known else 0,
                                          -position[i.name]))
