@@ -172,8 +172,26 @@ def apply_batch(
 def _apply_pipeline(pipeline: joinstate.Pipeline, source: str, delta: pa.Table | pa.RecordBatch,
                     strategy: str, commit_id: str | None) -> ApplyReport:
     """A pipeline push with a path chosen per operator (see the module docstring)."""
-    face = face_of(pipeline)
-    planned = decide_operators(pipeline, source, delta)
+    decisions, overall, decision = _decided(
+        decide_operators(pipeline, source, delta), strategy,
+        f"pipeline {pipeline.name!r}, source {source!r}", delta.num_rows)
+    replayed = commit_id is not None and pipeline.committed(commit_id)
+    chosen = Strategies({str(d.figures["operator"]): str(d.choice) for d in decisions})
+    t0 = time.perf_counter()
+    outs = pipeline.push(source, delta, commit_id=commit_id, strategies=chosen)
+    ms = (time.perf_counter() - t0) * 1e3
+    if not replayed and delta.num_rows:
+        record_operators(pipeline, source, delta.num_rows, chosen.runs)
+        if overall in ("incremental", "recompute"):  # the whole push, as for a join
+            record_batch(pipeline, source, overall, delta.num_rows,
+                         sum(r.scanned_rows for r in chosen.runs.values()), ms,
+                         sum(r.scan_ms for r in chosen.runs.values()))
+    return _report(pipeline, outs, decisions, overall, decision, ms, replayed, chosen)
+
+
+def _decided(planned: list[Decision], strategy: str, subject: str, rows: int
+             ) -> tuple[list[Decision], str, Decision]:
+    """The operators' decisions as ``strategy`` fixes them, the overall path, its decision."""
     if strategy == "auto":
         decisions = planned
     else:
@@ -188,27 +206,21 @@ def _apply_pipeline(pipeline: joinstate.Pipeline, source: str, delta: pa.Table |
     reason = (f"{len(choices)} operator(s) with a choice; "
               + (f"recompute: {', '.join(on)}" if on else "all incremental")
               if choices else "no operator the push reaches reads its input state by key")
-    decision = Decision(planned[0].topic if planned else "batch_strategy",
-                        f"pipeline {pipeline.name!r}, source {source!r}", overall,
+    decision = Decision(planned[0].topic if planned else "batch_strategy", subject, overall,
                         f"{reason} (per operator below)",
-                        {"batch_rows": delta.num_rows, "operators": choices},
-                        "recompute")
-    replayed = commit_id is not None and pipeline.committed(commit_id)
-    chosen = Strategies(choices)
-    t0 = time.perf_counter()
-    outs = pipeline.push(source, delta, commit_id=commit_id, strategies=chosen)
-    ms = (time.perf_counter() - t0) * 1e3
-    if not replayed and delta.num_rows:
-        record_operators(pipeline, source, delta.num_rows, chosen.runs)
-        if overall in ("incremental", "recompute"):  # the whole push, as for a join
-            record_batch(pipeline, source, overall, delta.num_rows,
-                         sum(r.scanned_rows for r in chosen.runs.values()), ms,
-                         sum(r.scan_ms for r in chosen.runs.values()))
-    runs = {label: run.ms for label, run in chosen.runs.items() if label in choices}
+                        {"batch_rows": rows, "operators": choices}, "recompute")
+    return decisions, overall, decision
+
+
+def _report(pipeline: joinstate.Pipeline, outs: dict[str, pa.Table], decisions: list[Decision],
+            overall: str, decision: Decision, ms: float, replayed: bool, chosen: Strategies
+            ) -> ApplyReport:
+    """A pipeline apply's report: outputs, path, decisions, and every operator's run."""
+    runs = {label: run.ms for label, run in chosen.runs.items() if label in chosen.choices}
     scan_ms = sum(run.scan_ms for run in chosen.runs.values())
     phases = {"scan_ms": scan_ms} if scan_ms else {}
-    return ApplyReport(face.value(pipeline, outs), overall, decision, ms, replayed, phases,
-                       tuple(decisions), runs, dict(chosen.runs))
+    return ApplyReport(face_of(pipeline).value(pipeline, outs), overall, decision, ms,
+                       replayed, phases, tuple(decisions), runs, dict(chosen.runs))
 
 
 def apply_changes(
@@ -240,38 +252,17 @@ def apply_changes(
     if len(changes) == 1:
         ((source, delta),) = changes.items()
         return _apply_pipeline(pipeline, source, delta, strategy, commit_id)
-    face = face_of(pipeline)
-    planned = combined_decisions(pipeline, changes)
-    if strategy == "auto":
-        decisions = planned
-    else:
-        decisions = [Decision(d.topic, d.subject, strategy,
-                              f"{strategy}: fixed by the caller (the planner would choose "
-                              f"{d.reason})", d.figures, d.rule) for d in planned]
-    choices = {str(d.figures["operator"]): str(d.choice) for d in decisions}
-    on = sorted(label for label, c in choices.items() if c == "recompute")
-    overall = ("recompute" if on and len(on) == len(choices) else
-               f"recompute for {', '.join(on)}, incremental for the rest" if on else
-               "incremental")
     names = ", ".join(repr(s) for s in changes)
-    rows = sum(d.num_rows for d in changes.values())
-    reason = (f"{len(choices)} operator(s) with a choice; "
-              + (f"recompute: {', '.join(on)}" if on else "all incremental")
-              if choices else "no operator the push reaches reads its input state by key")
-    decision = Decision(planned[0].topic if planned else "batch_strategy",
-                        f"pipeline {pipeline.name!r}, sources {names}", overall,
-                        f"{reason} (per operator below)",
-                        {"batch_rows": rows, "operators": choices}, "recompute")
+    decisions, overall, decision = _decided(
+        combined_decisions(pipeline, changes), strategy,
+        f"pipeline {pipeline.name!r}, sources {names}",
+        sum(d.num_rows for d in changes.values()))
     replayed = commit_id is not None and pipeline.committed(commit_id)
-    chosen = Strategies(choices)
+    chosen = Strategies({str(d.figures["operator"]): str(d.choice) for d in decisions})
     t0 = time.perf_counter()
     outs = pipeline.push_many(changes, commit_id=commit_id, strategies=chosen)
     ms = (time.perf_counter() - t0) * 1e3
-    runs = {label: run.ms for label, run in chosen.runs.items() if label in choices}
-    scan_ms = sum(run.scan_ms for run in chosen.runs.values())
-    phases = {"scan_ms": scan_ms} if scan_ms else {}
-    return ApplyReport(face.value(pipeline, outs), overall, decision, ms, replayed, phases,
-                       tuple(decisions), runs, dict(chosen.runs))
+    return _report(pipeline, outs, decisions, overall, decision, ms, replayed, chosen)
 
 
 def combined_decisions(pipeline: joinstate.Pipeline,
