@@ -484,7 +484,11 @@ class FromPlanner:
                 selectivity=self._selectivity(i, members, keyed)))
         edges = tuple(JoinEdge(labels[li], labels[ri], (lc,), (rc,))
                       for li, lc, ri, rc in keyed)
-        ctx = JoinOrderContext(tuple(inputs), edges, f"FROM {', '.join(labels.values())}")
+        ties = tuple(sorted({tuple(sorted(labels[i] for i, m in enumerate(members)
+                                          if m.aliases and set(m.aliases) & c.aliases))
+                             for c in multi}))
+        ctx = JoinOrderContext(tuple(inputs), edges, f"FROM {', '.join(labels.values())}",
+                               tuple(t for t in ties if len(t) > 1))
         order = self.qc.join_order(ctx)
         by_label = {labels[i]: i for i in labels}
         seq = [by_label[n] for n in order]

@@ -183,7 +183,8 @@ class QueryCompiler:
         cols = [c for _, c in rel.columns]
         count = unique_name("__rows", set(cols))
         grouped = rel.stream.group_by(cols).aggregate(**{count: ("count", None)})
-        return Rel(grouped.select(cols), rel.columns)
+        unique = ((tuple(cols),) if self._rule.by_references else ())
+        return Rel(grouped.select(cols), rel.columns, unique=unique)
 
     # ---- SELECT -----------------------------------------------------------------------
 
@@ -241,8 +242,28 @@ class QueryCompiler:
                 nulls.add(name)
             cols[name] = v.expr
         rel = Rel(stream.select(cols), list(zip(sql_names, out_names, strict=True)),
-                  frozenset(nulls))
+                  frozenset(nulls), self._group_unique(group, projections, out_names))
         return self._distinct(rel) if distinct is not None else rel
+
+    def _group_unique(self, group: exp.Group | None, projections: list[exp.Expr],
+                      out_names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        """The output columns a plain GROUP BY makes unique together (all its keys shown).
+
+        Only for the join-order rule that counts foreign keys: views planned by the
+        earlier rule keep their plans.
+        """
+        if group is None or not self._rule.by_references or not group.expressions or any(
+                group.args.get(a) for a in ("rollup", "cube", "grouping_sets", "all")):
+            return ()
+        if any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets)
+               for g in group.expressions):
+            return ()
+        shown = {p.this if isinstance(p, exp.Alias) else p: name
+                 for p, name in zip(projections, out_names, strict=True)}
+        cols = [shown.get(g) for g in group.expressions]
+        if any(c is None for c in cols):
+            return ()
+        return (tuple(dict.fromkeys(c for c in cols if c is not None)),)
 
     def outer_aliases(self) -> frozenset[str]:
         return frozenset().union(*self.outer_scopes) if self.outer_scopes else frozenset()
@@ -492,7 +513,7 @@ class QueryCompiler:
         refs: dict[tuple[str, str], str] = {}
         for name, col in rel.columns:
             refs.setdefault((alias, name.lower()), col)
-        return Bound(rel.stream, refs, (alias,), alias)
+        return Bound(rel.stream, refs, (alias,), alias, unique=rel.unique)
 
     def bind_subquery(self, node: exp.Subquery) -> Bound:
         """A derived table ``(SELECT ...) AS alias``."""

@@ -67,6 +67,9 @@ class Rel:
     columns: list[tuple[str, str]]
     nulls: frozenset[str] = frozenset()
     """Stream columns that are a bare NULL (typed INTEGER until a UNION gives them a type)."""
+    unique: tuple[tuple[str, ...], ...] = ()
+    """Stream columns known unique together by the query's shape (its GROUP BY keys, or
+    every column after DISTINCT): a derived table joined on them is a lookup."""
 
 
 @dataclass

@@ -98,6 +98,9 @@ class JoinOrderContext:
     inputs: tuple[JoinInput, ...]
     edges: tuple[JoinEdge, ...]
     subject: str
+    ties: tuple[tuple[str, ...], ...] = ()
+    """Inputs a condition other than an equality reads together (``sc.revenue <= 0.1 *
+    sb.ave``): it filters their join as soon as they are all joined."""
 
 
 class JoinOrder:
@@ -131,13 +134,19 @@ class JoinOrder:
             if not candidates:  # disconnected: the compiler refuses cross joins before this
                 candidates = [n for n in inputs if n not in joined]
 
-            def rank(n: str) -> tuple[int, float, int, float, int]:
+            tied = {n for n in candidates if self.by_references and lookup[n] and any(
+                n in t and set(t) - {n} <= joined for t in context.ties)}
+
+            def rank(n: str, tied: set[str] = tied) -> tuple[int, float, int, float, int]:
                 i = inputs[n]
-                return (0 if lookup[n] else 1, i.kept, i.width,
+                kept = min(i.kept, 0.5) if n in tied else i.kept
+                return (0 if lookup[n] else 1, kept, i.width,
                         float(i.rows) if i.rows is not None else float("inf"), position[n])
 
             nxt = min(candidates, key=rank)
-            reasons.append(self._why_next(inputs[nxt], lookup[nxt], candidates, inputs))
+            reasons.append(self._why_next(inputs[nxt], lookup[nxt], candidates, inputs)
+                           + (", and a condition ties it to what is joined (it filters "
+                              "this join)" if nxt in tied else ""))
             order.append(nxt)
         figures = {"rows": {n: i.rows for n, i in inputs.items()},
                    "width": {n: i.width for n, i in inputs.items()},
