@@ -324,3 +324,42 @@ def test_a_view_built_before_the_roots_counted_foreign_keys_attaches(tmp_path, n
         planner.reopen(store, f"q{n}")
     with pytest.raises(SQLError, match="roots="):
         define(sql, srcs, roots="largest")
+
+
+def test_a_condition_between_inputs_pulls_a_lookup_forward_not_a_fan_out() -> None:
+    """``f.v <= 0.1 * a.avg`` filters f ⋈ a: join a first among lookups; never promote
+    an input that can multiply rows (q72's ``inv_quantity_on_hand < cs_quantity``)."""
+    inputs = (JoinInput("f", width=2),
+              JoinInput("b", unique_keys=(("b_id",),), width=1),
+              JoinInput("a", unique_keys=(("a_id",),), width=3),
+              JoinInput("m", width=1))
+    edges = (JoinEdge("f", "b", ("b_id",), ("b_id",)), JoinEdge("f", "a", ("a_id",), ("a_id",)),
+             JoinEdge("f", "m", ("m_k",), ("m_k",)))
+    (d,) = JoinOrder().apply(JoinOrderContext(inputs, edges, "FROM f, b, a, m"))
+    assert d.choice == ["f", "b", "a", "m"]  # narrower b first without the condition
+    tied = JoinOrderContext(inputs, edges, "FROM f, b, a, m", ties=(("a", "f"), ("f", "m")))
+    (d,) = JoinOrder().apply(tied)
+    assert d.choice == ["f", "a", "b", "m"]  # a pulled forward, m (can multiply) is not
+    assert "a condition ties it to what is joined" in d.reason
+    (d,) = JoinOrder(by_references=False).apply(tied)
+    assert d.choice == ["f", "b", "a", "m"]  # the rule as it was, for old records
+
+
+def test_a_grouped_derived_table_is_a_lookup_on_its_keys() -> None:
+    """q65's shape: the per-store average (GROUP BY store) joins on its key: a lookup."""
+    from bench import tpcds, tpcds_all
+
+    sql = ("SELECT f.f_id, g.total FROM fact f, "
+           "(SELECT a_id, sum(amount) AS total FROM fact GROUP BY a_id) g "
+           "WHERE f.a_id = g.a_id AND f.amount * 10 > g.total")
+    (d,) = [d for d in plan(sql, sources()).decisions if d.topic == "join_order"
+            and "g" in d.choice]
+    assert d.choice == ["f", "g"] and d.figures["lookup"]["g"]
+    (d,) = [d for d in define(sql, sources(), roots="rows")[1].decisions
+            if d.topic == "join_order" and "g" in d.choice]
+    assert not d.figures["lookup"]["g"]  # the old rule did not know it
+    base = tpcds_all.load_tables(0.01)
+    srcs = tpcds_all.query_sources(base)
+    for stats in ({t: SF1_ROWS[t] for t in srcs}, None):
+        assert plan(tpcds.query(65), srcs, stats=stats).join_orders[1] == (
+            "sc", "sb", "store", "item")
