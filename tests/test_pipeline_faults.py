@@ -163,8 +163,16 @@ def test_disk_full_during_pipeline_pushes(small_disk: Tmpfs, monkeypatch: pytest
     committed, failure = fill(p, **push)
     assert len(committed) >= 2000, len(committed)  # several pushes went through
     assert isinstance(failure, joinstate.StateIOError), f"{type(failure)!r}: {failure}"
-    with pytest.raises(joinstate.StateIOError):
+    # One more (tiny) push: the disk is still full, unless the failed push's staged SST
+    # files were all that filled it (they are removed when it fails), in which case the
+    # push may fit.  Either way: a named error, or a push that counts.
+    try:
         p.push("a", delta(A, np.array([0]), [1]), **push)
+    except joinstate.StateIOError:
+        pass
+    else:
+        assert through_files, "the WAL path stays failed once RocksDB has met a full disk"
+        committed.append((0, 1))
     store.close()
     store.close()
     small_disk.resize("64m")
