@@ -24,8 +24,10 @@ cheaper than another is how many rows and columns the intermediate indexes hold:
    instead of all of them.  Then the one carrying the fewest columns into the
    intermediate index (TPC-DS q4: ``date_dim`` brings one column, ``d_year``,
    ``customer`` seven, so ``store_sales ⋈ date_dim`` is built first and indexed by
-   customer); then the smaller by rows, then FROM order.  Inputs that can multiply rows
-   come last, smallest first.
+   customer); then the smaller by rows, then FROM order.  A lookup that a condition
+   other than an equality ties to what is joined (``sc.revenue <= 0.1 * sb.ave``)
+   counts as keeping at most half, since that condition filters its join.  Inputs
+   that can multiply rows come last, smallest first.
 
 >>> from planner.rules.join_order import JoinEdge, JoinInput, JoinOrder, JoinOrderContext
 >>> ctx = JoinOrderContext(
@@ -123,7 +125,7 @@ class JoinOrder:
             return []
         lookup = {n: self._is_lookup(i, context.edges) for n, i in inputs.items()}
         position = {i.name: k for k, i in enumerate(context.inputs)}
-        root, why_root = self._root(context, lookup, position, self.by_references)
+        root, why_root = self._root(context, lookup, position)
         order = [root]
         reasons = [why_root]
         while len(order) < len(inputs):
@@ -165,12 +167,12 @@ class JoinOrder:
         return bool(mine) and all(any(set(k) <= cols for k in inp.unique_keys)
                                   for cols in mine)
 
-    @classmethod
-    def _root(cls, context: JoinOrderContext, lookup: dict[str, bool],
-              position: dict[str, int], by_references: bool = True) -> tuple[str, str]:
+    def _root(self, context: JoinOrderContext, lookup: dict[str, bool],
+              position: dict[str, int]) -> tuple[str, str]:
         inputs = context.inputs
         facts = [i for i in inputs if not lookup[i.name]] or list(inputs)
-        refs = {i.name: cls._references(i, context) if by_references else 0 for i in facts}
+        refs = {i.name: self._references(i, context) if self.by_references else 0
+                for i in facts}
         known = all(i.rows is not None for i in facts)
         root = max(facts, key=lambda i: (refs[i.name], (i.rows or 0) if known else 0,
                                          -position[i.name]))
