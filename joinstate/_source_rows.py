@@ -78,6 +78,8 @@ _HASH_ROWS = 1 << 14
 _SEEDS = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _MULS = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F))
 _SHIFTS = (np.uint64(29), np.uint64(32))
+_MULS2 = np.array(_MULS, np.uint64).reshape(2, 1)
+_SHIFTS2 = np.array(_SHIFTS, np.uint64).reshape(2, 1)
 _F1, _F2, _F33 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
 
 
@@ -215,8 +217,11 @@ def row_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(over="ignore"):
         for start in range(0, n, _HASH_ROWS):
             m = min(n - start, _HASH_ROWS)
-            lanes = [np.full(m, seed, np.uint64) for seed in _SEEDS]
-            tmp = np.empty(m, np.uint64)
+            # Both lanes as the rows of one (2, m) array: each step is one numpy call for
+            # the two lanes (a wide table's small push is mostly per-call overhead).
+            lanes = np.empty((2, m), np.uint64)
+            lanes[0], lanes[1] = _SEEDS
+            tmp = np.empty((2, m), np.uint64)
             nulls = [np.zeros(m, np.uint64) for _ in range(max(1, (ncols + 63) // 64))]
             # Only the slice's chunks are joined (a whole column would be copied).
             parts = [col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
@@ -234,22 +239,22 @@ def row_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
                     got[:, 0] if valid is None else np.where(valid, got[:, 0], np.uint64(0)),
                     got[:, 1] if valid is None else np.where(valid, got[:, 1], np.uint64(0))]
                 for word in words:
-                    for h, mul, shift in zip(lanes, _MULS, _SHIFTS, strict=True):
-                        np.bitwise_xor(h, word, out=h)
-                        h *= mul
-                        np.right_shift(h, shift, out=tmp)
-                        h ^= tmp
+                    _mix(lanes, word, tmp)
             for word in nulls:
-                for h, mul, shift in zip(lanes, _MULS, _SHIFTS, strict=True):
-                    np.bitwise_xor(h, word, out=h)
-                    h *= mul
-                    np.right_shift(h, shift, out=tmp)
-                    h ^= tmp
+                _mix(lanes, word, tmp)
             a = _fmix(lanes[0])
             lanes[1] ^= a
             lo[start:start + m] = a
             hi[start:start + m] = _fmix(lanes[1])
     return lo, hi
+
+
+def _mix(lanes: np.ndarray, word: np.ndarray, tmp: np.ndarray) -> None:
+    """One word into both lanes, in place: ``h = (h ^ word) * mul; h ^= h >> shift``."""
+    np.bitwise_xor(lanes, word, out=lanes)
+    np.multiply(lanes, _MULS2, out=lanes)
+    np.right_shift(lanes, _SHIFTS2, out=tmp)
+    np.bitwise_xor(lanes, tmp, out=lanes)
 
 
 def _bucket(lo: np.ndarray) -> np.ndarray:

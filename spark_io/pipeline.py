@@ -74,7 +74,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joinstate import WEIGHT, Graph, SchemaMismatchError
+from joinstate import WEIGHT, Graph, JoinStateError, SchemaMismatchError
+from joinstate.catalog import spec_diff
 from joinstate.names import pipeline_owner, validate_name
 from joinstate.schema import check_column_types
 from planner.distribute import DistributedPlan, from_decisions, plan_distribution
@@ -222,7 +223,9 @@ class SparkPipeline:
         (e.g. ``{"customer": ["c_customer_id"]}``).  ``stats``: row counts per source
         (an int, or anything with ``rows``) for the join order; samples of the data are
         not used here, so the same SQL always compiles to the same joins for a state
-        that outlives the data it was planned on.  Other keyword arguments are
+        that outlives the data it was planned on.  A state created by an earlier
+        version, whose join-order rule rooted join groups at their largest input, is
+        re-attached in the order it was laid out in.  Other keyword arguments are
         :class:`SparkPipeline`'s.
         """
         from planner.sql import Source, counts_only, define
@@ -268,6 +271,9 @@ class SparkPipeline:
         # same SQL re-attaching later must plan the same joins from the same counts.
         graph, _ = define(sql, schemas, name=name, materialize=True,
                           stats=counts_only(stats))
+        graph = _as_recorded(graph, state_dir, name, lambda: define(
+            sql, schemas, name=name, materialize=True, stats=counts_only(stats),
+            roots="rows")[0])
         sp = cls(spark, graph, state_dir, shards, name=name, **kwargs)
         sp._defaults = frames
         return sp
@@ -897,3 +903,24 @@ def _snapshot_paths(source: str, value: Any, schema: pa.Schema
     return (tuple(paths), (*schema.names, *([WEIGHT] if weighted else [])), weighted,
             _rows_in(paths))
 
+
+def _as_recorded(graph: Graph, state_dir: str | Path, name: str,
+                 before: Callable[[], Graph]) -> Graph:
+    """``graph``, or the same SQL planned as a state created earlier recorded it.
+
+    A state's manifest keeps the graph it was created with, and its stores are laid out
+    in that graph's join order.  The join-order rule once rooted an inner join group at
+    its largest input (by rows) rather than at the input that refers to the most others
+    by their unique key; a state created then must re-attach to the plan it holds, not
+    be refused because the rule has changed since.  ``before`` plans the SQL as that
+    rule did; it is used only when it is exactly the recorded graph (different SQL
+    still fails in the constructor, naming what differs).
+    """
+    try:
+        stored = PipelineManifest.read(args.check_state_dir(state_dir), name)
+    except JoinStateError:
+        return graph  # the constructor reports a bad directory or manifest, named
+    if stored is None or not spec_diff(stored.graph, graph.spec()):
+        return graph
+    old = before()
+    return old if not spec_diff(stored.graph, old.spec()) else graph

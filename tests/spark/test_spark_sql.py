@@ -179,3 +179,77 @@ def test_read_orders_by_columns_that_are_not_selected(spark: SparkSession,
     # By d descending, NULLs last: 9.99 di, 3.00 bo, 2.50 cy.
     assert [tuple(r) for r in sp.read("h").collect()] == [("di",), ("bo",), ("cy",)]
     assert sp.read("h").columns == ["name"]
+
+
+RETURNS = pa.schema([("rk", pa.int64()), ("amt", pa.int32())])
+TWO_FACTS = {"sales": Source(SALES), "returns": Source(RETURNS),
+             "customer": Source(CUSTOMER, "ck")}
+TWO_FACTS_SQL = """
+    SELECT c.name, count(*) AS n, sum(r.amt) AS t
+    FROM sales s JOIN returns r ON s.k = r.rk JOIN customer c ON s.v = c.ck
+    GROUP BY c.name
+"""
+TWO_FACTS_ROWS = {"sales": 10, "returns": 1000, "customer": 100}
+
+
+def test_a_state_planned_by_the_earlier_join_order_rule_reattaches_from_sql(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A state created when the join-order rule rooted a join group at its largest input
+    (``returns`` here, by the row counts given) is laid out in that order: ``from_sql``
+    of the same SQL re-attaches to it and keeps it exact, where the rule of today roots
+    the group at ``sales`` (it refers to ``customer`` by its key).  Other SQL on that
+    state is still refused, naming the difference."""
+    from joinstate import JoinSpecMismatchError
+    from planner.sql import counts_only, define
+
+    def planned(roots: str) -> Any:
+        return define(TWO_FACTS_SQL, TWO_FACTS, name="agg", materialize=True,
+                      stats=counts_only(TWO_FACTS_ROWS), roots=roots)
+
+    (old, old_plan), (_, new_plan) = planned("rows"), planned("references")
+    assert old_plan.join_orders[0][0] == "r" and new_plan.join_orders[0][0] == "s"
+    state = tmp_path / "state"
+    first = spark_io.SparkPipeline(spark, old, state, 2, name="agg")
+    customers = [((1, "ann"), 1), ((2, "bo"), 1), ((3, "ann"), 1)]
+    sales = [((1, 1, Decimal("1.00")), 1), ((1, 2, None), 1), ((2, 3, Decimal("2.00")), 1),
+             ((None, 1, Decimal("3.00")), 1), ((3, None, None), 1), ((3, 2, None), 1)]
+    returns = [((1, 10), 1), ((1, 20), 1), ((2, 30), 1), ((3, 40), 1)]
+    tables = {"customer": Counter(dict(customers)), "sales": Counter(dict(sales)),
+              "returns": Counter(dict(returns))}
+    schemas = {"customer": CUSTOMER, "sales": SALES, "returns": RETURNS}
+    total: Counter[Row] = Counter()
+    integrate(total, first.populate({s: frame(spark, schemas[s], rows) for s, rows in
+                                     (("customer", customers), ("sales", sales),
+                                      ("returns", returns))})["agg"])
+
+    again = spark_io.SparkPipeline.from_sql(spark, TWO_FACTS_SQL, TWO_FACTS, state_dir=state,
+                                            shards=2, name="agg", stats=TWO_FACTS_ROWS)
+    assert again.graph.spec() == old.spec()
+    change = [((1, 20), -1), ((3, 50), 1), ((2, 30), 1)]
+    for r, w in change:
+        tables["returns"][r] += w
+    integrate(total, again.apply("returns", frame(spark, RETURNS, change))["agg"])
+    rename = [((2, "bo"), -1), ((2, "cy"), 1)]
+    for r, w in rename:
+        tables["customer"][r] += w
+    integrate(total, again.apply("customer", frame(spark, CUSTOMER, rename))["agg"])
+
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    try:
+        for name, schema in schemas.items():
+            rows = list(tables[name].elements())
+            cols = list(zip(*rows, strict=True))
+            con.register(name, pa.table([pa.array(list(c), f.type)
+                                         for c, f in zip(cols, schema, strict=True)],
+                                        schema=schema))
+        want = Counter(tuple(r) for r in con.execute(TWO_FACTS_SQL).fetchall())
+    finally:
+        con.close()
+    assert all(w >= 0 for w in total.values())
+    assert +total == want
+
+    other = TWO_FACTS_SQL.replace("sum(r.amt)", "max(r.amt)")
+    with pytest.raises(JoinSpecMismatchError, match="different definition"):
+        spark_io.SparkPipeline.from_sql(spark, other, TWO_FACTS, state_dir=state, shards=2,
+                                        name="agg", stats=TWO_FACTS_ROWS)
