@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from joinstate.errors import JoinSpecMismatchError
 from joinstate.graph import SPEC_VERSION
-from joinstate.physical import check_sharing
+from joinstate.physical import LAYOUT, check_sharing
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,16 +21,35 @@ if TYPE_CHECKING:
 
     from joinstate.graph import Graph
 
-__all__ = ["check_stored", "definition", "definition_bytes", "definition_diff"]
+__all__ = ["check_stored", "definition", "definition_bytes", "definition_diff", "stored_layout"]
 
 
-def definition(graph: Graph, share_indexes: bool | Mapping[str, bool] = True
-               ) -> dict[str, Any]:
+def definition(graph: Graph, share_indexes: bool | Mapping[str, bool] = True,
+               layout: int = LAYOUT) -> dict[str, Any]:
     """What a pipeline of ``graph`` stores as its definition (JSON-able, store-less).
 
-    Attaching compares it with the stored one: equal definitions re-attach.
+    Attaching compares it with the stored one: equal definitions re-attach.  ``layout``
+    is the index layout (:data:`joinstate.physical.LAYOUTS`) its state is kept in;
+    definitions stored before layouts were recorded have none, and mean layout 1.
     """
-    return {**graph.spec(), "share_indexes": check_sharing(share_indexes)}
+    spec = {**graph.spec(), "share_indexes": check_sharing(share_indexes)}
+    if layout != 1:
+        spec["index_layout"] = layout
+    return spec
+
+
+def stored_layout(raw: bytes) -> int:
+    """The index layout of a stored definition.
+
+    A definition that does not parse gets :data:`LAYOUT`: :func:`check_stored` names
+    the fault.
+    """
+    try:
+        stored = json.loads(raw)
+    except ValueError:
+        return LAYOUT
+    layout = stored.get("index_layout", 1) if isinstance(stored, dict) else LAYOUT
+    return layout if isinstance(layout, int) else LAYOUT
 
 
 def definition_bytes(spec: Mapping[str, Any]) -> bytes:
@@ -51,6 +70,9 @@ def definition_diff(stored: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
 
     diffs = []
+    if stored.get("index_layout", 1) != new.get("index_layout", 1):
+        diffs.append(f"index layout {stored.get('index_layout', 1)} -> "
+                     f"{new.get('index_layout', 1)}")
     if stored.get("share_indexes") != new.get("share_indexes"):
         diffs.append(f"share_indexes {stored.get('share_indexes')} -> {new.get('share_indexes')}")
     a, b = stored.get("nodes", []), new.get("nodes", [])

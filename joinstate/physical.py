@@ -46,7 +46,16 @@ if TYPE_CHECKING:
     from joinstate._index import Index
     from joinstate.graph import Graph
 
-__all__ = ["IndexPlan", "PhysicalPlan", "Reader", "Sharing", "check_sharing", "first_masks"]
+__all__ = ["LAYOUT", "LAYOUTS", "IndexPlan", "PhysicalPlan", "Reader", "Sharing", "check_sharing",
+           "first_masks"]
+
+LAYOUTS = (1, 2)
+"""Index layouts this joinstate reads.  1: an index stores what its readers' filters
+read, and the readers evaluate them again on every probe.  2: where every reader's
+leading filter is the index's predicate, they are not evaluated again and the columns
+only they read are not stored (:meth:`IndexPlan.implied_filter`)."""
+LAYOUT = 2
+"""The layout of new state."""
 
 Sharing = bool | dict[str, bool]
 """``share_indexes``: one switch, or per source name / operator label (default True)."""
@@ -69,6 +78,8 @@ class IndexPlan:
     """Per reader, the AND of the filters it applies before any renaming (None: none)."""
     reader_needs: list[set[str]] = field(default_factory=list)
     """Per reader, the columns of the index's stream it reads (filters included)."""
+    reader_rest: list[set[str]] = field(default_factory=list)
+    """Per reader, the columns it reads but for those only its leading filters read."""
     guards: list[tuple[pc.Expression, list[str]]] = field(default_factory=list)
     """Columns kept only on rows some reader of theirs passes: (that OR, columns)."""
 
@@ -109,6 +120,19 @@ class IndexPlan:
             assert f is not None
             seen.setdefault(str(f), f)
         self.predicate = _any_of(list(seen.values()))
+
+    def implied_filter(self) -> bool:
+        """Whether every reader's leading filter is the index's predicate itself.
+
+        Then every stored row passes each reader's leading filter: a reader need not
+        evaluate it again on what it probes, and the index need not store the columns
+        only that filter reads.  A change to such a column that leaves the row passing
+        (a threshold compared with every row of a group, moved without crossing it)
+        then stores the same row, which cancels instead of being rewritten.
+        """
+        if self.predicate is None or not self.reader_filters:
+            return False
+        return len({str(f) for f in self.reader_filters}) == 1
 
     def settle_guards(self, schema: pa.Schema, keep: set[str]) -> None:
         """Store a column as NULL on rows that no reader needing it can pass.
@@ -191,6 +215,9 @@ class Reader:
     chain: tuple[Step, ...]
     columns: list[str]
     """The input's columns as its operator reads them (its needed columns)."""
+    leading: int = 0
+    """How many filters the chain starts with (0 once the index's predicate applies
+    them: :meth:`IndexPlan.implied_filter`)."""
 
     def probe(self, index: Index, qcanon: Bytes, qhash: np.ndarray) -> Entries:
         """The input's rows at the queried keys, read from ``index`` through the chain."""
@@ -274,9 +301,14 @@ class PhysicalPlan:
     holds every column of every row (it decides the source's retractions).
     """
 
-    def __init__(self, graph: Graph, share_indexes: Sharing, what: str) -> None:
+    def __init__(self, graph: Graph, share_indexes: Sharing, what: str,
+                 layout: int = LAYOUT) -> None:
+        if layout not in LAYOUTS:
+            raise SchemaMismatchError(f"{what}: index layout {layout!r} is not one of "
+                                      f"{LAYOUTS}; this joinstate is older than the state")
         self.graph = graph
         self.share_indexes = share_indexes
+        self.layout = layout
         self.columns: dict[int, list[str]] = graph.needed
         self.schemas: dict[int, pa.Schema] = {
             nid: pa.schema([graph.nodes[nid].schema.field(c) for c in cols])
@@ -301,10 +333,14 @@ class PhysicalPlan:
                 self.covering[src.id] = covering
 
     @classmethod
-    def of(cls, graph: Graph, share_indexes: object = True, *, what: str = "the graph"
-           ) -> PhysicalPlan:
-        """The plan of ``graph``; ``what`` names it in messages (``pipeline 'q4'``)."""
-        return cls(graph, check_sharing(share_indexes), what)
+    def of(cls, graph: Graph, share_indexes: object = True, *, what: str = "the graph",
+           layout: int = LAYOUT) -> PhysicalPlan:
+        """The plan of ``graph``; ``what`` names it in messages (``pipeline 'q4'``).
+
+        ``layout``: :data:`LAYOUT` for new state; a stored pipeline's own (its definition
+        records it) when it re-attaches.
+        """
+        return cls(graph, check_sharing(share_indexes), what, layout)
 
     # ---- facts ----------------------------------------------------------------------
 
@@ -359,6 +395,8 @@ class PhysicalPlan:
         return (f"index {cf}: {ip.base.label} by {list(ip.key)}, layout {layout}, columns "
                 f"{ip.stored_columns}; read by {', '.join(ip.readers)}"
                 + (f"; keeps rows where {ip.predicate}" if ip.predicate is not None else "")
+                + ("; its readers trust it (the columns only that filter reads are not "
+                   "stored)" if self.layout >= 2 and ip.implied_filter() else "")
                 + "".join(f"; {cols} only where {g}" for g, cols in ip.guards))
 
     # ---- planning -------------------------------------------------------------------
@@ -390,6 +428,7 @@ class PhysicalPlan:
         def reader(node: Node, pos: int, inp: Node, key: tuple[str, ...], strip: bool) -> None:
             base, steps, bkey = inp, [], list(key)
             needs = set(cols[inp.id])
+            above: list[set[str]] = []  # per step (reader first): the needs above it
             while strip and self._any_sharing():
                 if isinstance(base, FilterNode):
                     steps.append(("filter", base.expr))
@@ -399,11 +438,12 @@ class PhysicalPlan:
                     bkey = [m[k] for k in bkey]
                 else:
                     break
+                above.append(needs)
                 needs = base.input_needs(needs)[0]
                 base = base.inputs[0]
             shared = self._shares(base)
             if not shared:
-                base, steps, bkey = inp, [], list(key)
+                base, steps, bkey, above = inp, [], list(key), []
                 needs = set(cols[inp.id])
             steps.reverse()
             leading = []
@@ -411,6 +451,7 @@ class PhysicalPlan:
                 if kind != "filter":
                     break
                 leading.append(arg)
+            rest = above[len(steps) - len(leading)] if leading else needs
             conj = None
             if leading:
                 conj = leading[0]
@@ -424,8 +465,10 @@ class PhysicalPlan:
             ip.readers.append(f"{node.label}[{pos}]")
             ip.reader_filters.append(conj)
             ip.reader_needs.append(set(needs))
+            ip.reader_rest.append(set(rest))
             ip.columns |= needs | set(bkey)
-            self.readers[(node.id, pos)] = Reader(ip, tuple(steps), cols[inp.id])
+            self.readers[(node.id, pos)] = Reader(ip, tuple(steps), cols[inp.id],
+                                                  len(leading))
 
         for node in self.graph.nodes:
             if node.id not in cols:
@@ -455,6 +498,8 @@ class PhysicalPlan:
                 ip.columns |= set(base.unique_key)
             if not ip.owner:
                 ip.settle_predicate()
+                if self.layout >= 2 and ip.implied_filter():
+                    self._skip_implied_filters(ip)
                 keep = set(ip.key) | set(getattr(base, "unique_key", None) or ())
                 for f in ip.reader_filters:
                     if f is not None:
@@ -464,6 +509,21 @@ class PhysicalPlan:
             if missing:  # needed_columns guarantees this; a bug otherwise
                 msg = f"internal: index of {base.label} needs {missing} its stream lacks"
                 raise SchemaMismatchError(msg)
+
+    def _skip_implied_filters(self, ip: IndexPlan) -> None:
+        """Readers of ``ip`` skip their leading filters, which its predicate applies.
+
+        The index stores the key, the base's unique key and what the readers read
+        above those filters; the columns only the filters read are dropped.
+        """
+        cols = set(ip.key).union(*ip.reader_rest)
+        if isinstance(ip.base, SourceNode) and ip.base.unique_key:
+            cols |= set(ip.base.unique_key)
+        ip.columns = cols
+        ip.reader_needs = [set(r) for r in ip.reader_rest]
+        for r in self.readers.values():
+            if r.plan is ip and r.leading:
+                r.chain, r.leading = r.chain[r.leading:], 0
 
     def _set_plan(self, node: JoinNode | JoinAllNode, positions: list[int],
                   plan: list[KeyColumn]) -> None:

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from joinstate import commits
 from joinstate._index import Index
-from joinstate.definition import check_stored, definition, definition_bytes
+from joinstate.definition import check_stored, definition, definition_bytes, stored_layout
 from joinstate.errors import (
     BulkWriteRefused,
     SchemaMismatchError,
@@ -60,7 +60,7 @@ from joinstate.ops import OperatorBase, PushContext, operator_for
 from joinstate.ops.aggregate import AggregateOp
 from joinstate.ops.base import Strategies
 from joinstate.ops.source import SourceOp
-from joinstate.physical import PhysicalPlan, check_sharing
+from joinstate.physical import LAYOUT, PhysicalPlan, check_sharing
 from joinstate.schema import WEIGHT, conform_delta
 from joinstate.transaction import Transaction
 
@@ -125,8 +125,14 @@ class Pipeline:
     def physical(self) -> PhysicalPlan:
         """The physical plan (store-less; computed on first use)."""
         if self._physical is None:
+            store = self.store
+            # A pipeline the store already holds keeps the index layout it was created
+            # with (its definition records it); a new one gets today's.
+            raw = None if store is None or store.closed else store.meta_get(
+                pipeline_spec_key(self.name))
+            layout = LAYOUT if raw is None else stored_layout(raw)
             self._physical = PhysicalPlan.of(self.graph, self.share_indexes,
-                                             what=f"pipeline {self.name!r}")
+                                             what=f"pipeline {self.name!r}", layout=layout)
         return self._physical
 
     # ---- read-only facts ----------------------------------------------------------------
@@ -388,7 +394,7 @@ class Pipeline:
 
     def _spec(self) -> dict[str, Any]:
         """The definition stored in the catalog: the graph's, and the sharing setting."""
-        return definition(self.graph, self.share_indexes)
+        return definition(self.graph, self.share_indexes, self.physical.layout)
 
     def _open_state(self, store: StateStore) -> None:
         phys = self.physical

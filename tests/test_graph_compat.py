@@ -27,13 +27,16 @@ import joinstate
 from bench import q4
 from joinstate.definition import definition, definition_bytes
 from joinstate.names import pipeline_spec_key
+from joinstate.physical import LAYOUT
 
 DATA = json.loads((Path(__file__).parent / "data" / "pipeline_specs.json").read_text())
 SPECS: dict[str, str] = DATA["specs"]
 
 
 def stored(graph: joinstate.Graph, share: Any = True) -> str:
-    return definition_bytes(definition(graph, share)).decode()
+    """The definition a store made then holds (index layout 1, recorded by omission):
+    re-attaching to one computes the definition in the layout it records."""
+    return definition_bytes(definition(graph, share, layout=1)).decode()
 
 
 def test_q4_stores_what_it_stored() -> None:  # stored before c_customer_id was declared
@@ -42,8 +45,21 @@ def test_q4_stores_what_it_stored() -> None:  # stored before c_customer_id was 
 
 
 def test_the_runtime_stores_that_definition(tmp_path: Path) -> None:
+    """A new pipeline stores the same definition and the index layout it is kept in."""
     with joinstate.StateStore(tmp_path / "s") as store:
         joinstate.Pipeline(store, "q4", q4.define_q4(verified_keys=False)).compile()
+        got = json.loads(store.meta_get(pipeline_spec_key("q4")) or b"")
+    assert got == {**json.loads(SPECS["q4/share=True"]), "index_layout": LAYOUT}
+
+
+def test_a_store_of_the_first_layout_reattaches_in_it(tmp_path: Path) -> None:
+    """A store whose definition records no layout (made before layouts were) re-attaches
+    with layout 1: its indexes keep what its readers' filters read."""
+    with joinstate.StateStore(tmp_path / "s") as store:
+        store.meta_put(pipeline_spec_key("q4"), SPECS["q4/share=True"].encode())
+        p = joinstate.Pipeline(store, "q4", q4.define_q4(verified_keys=False))
+        p.compile()
+        assert p.physical.layout == 1
         assert store.meta_get(pipeline_spec_key("q4")) == SPECS["q4/share=True"].encode()
 
 

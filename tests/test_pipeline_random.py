@@ -28,6 +28,7 @@ from pipeline_oracle import (
     PipelineHarness,
     Source,
     UnionAll,
+    build_graph,
     col,
     describe,
     lit,
@@ -383,6 +384,29 @@ def seed_params(seeds: range) -> list[Any]:
 @needs_pipeline
 @pytest.mark.parametrize("seed", seed_params(SEEDS))
 def test_random_pipeline(tmp_path: Path, seed: int) -> None:
+    run_seed(tmp_path, seed)
+
+
+LAYOUT_SEEDS = (13, 23, 1000, 1018, 1035)
+"""Seeds whose pipelines read an index through a filter its predicate applies (layout 2
+drops that filter's columns from the index; see tests/test_index_layout.py)."""
+
+
+@needs_pipeline
+@pytest.mark.parametrize("seed", LAYOUT_SEEDS)
+def test_random_pipeline_in_index_layout_1(tmp_path: Path, seed: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores made before layout 2 keep layout 1: those seeds, kept in it, stay exact."""
+    from joinstate import pipeline as pipeline_module
+    from joinstate.physical import PhysicalPlan
+
+    rp = RandomPipeline(seed)
+    graph = build_graph(rp.outputs)
+    plans = [PhysicalPlan.of(graph, True, layout=n) for n in (1, 2)]
+    assert [ip.stored_columns for ip in plans[0].indexes] != [
+        ip.stored_columns for ip in plans[1].indexes] or [
+        r.chain for r in plans[0].readers.values()] != [r.chain for r in plans[1].readers.values()]
+    monkeypatch.setattr(pipeline_module, "LAYOUT", 1)
     run_seed(tmp_path, seed)
 
 
