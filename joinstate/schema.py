@@ -201,6 +201,31 @@ def weights_of(table: pa.Table, what: str) -> np.ndarray:
     return np.ascontiguousarray(w, dtype=np.int64)
 
 
+def _conformed(schema: pa.Schema, delta: pa.Table, side: str
+               ) -> tuple[pa.Table, np.ndarray] | None:
+    """``delta`` as it is, if it is already in ``schema``; else None.
+
+    Already in it: ``schema``'s columns in order, of its types and metadata, then at
+    most ``_weight``, one chunk per column, no NULL in a not-null column.  Most pushes
+    come this way; the checks a column at a time cost ~10 µs each (a wide dimension
+    table's small push ~0.3 ms).  Anything else takes the checked path, which names
+    what is wrong.
+    """
+    n = len(schema)
+    names = delta.column_names
+    if names[:n] != schema.names or len(names) > n + 1 or (
+            len(names) == n + 1 and names[n] != WEIGHT):
+        return None
+    body = delta if len(names) == n else delta.drop_columns([WEIGHT])
+    if not body.schema.equals(schema, check_metadata=True) or any(
+            c.num_chunks > 1 for c in body.columns):
+        return None
+    if any(not f.nullable and c.null_count for f, c in zip(schema, body.columns,
+                                                              strict=True)):
+        return None  # the column by column path names the column
+    return body, weights_of(delta, f"{side} side")
+
+
 def conform_delta(
     schema: pa.Schema, delta: pa.Table | pa.RecordBatch, side: str
 ) -> tuple[pa.Table, np.ndarray]:
@@ -217,6 +242,9 @@ def conform_delta(
             f"got {type(delta).__name__}"
         )
     names = delta.column_names
+    fast = _conformed(schema, delta, side)
+    if fast is not None:
+        return fast
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise SchemaMismatchError(f"{side} side: delta has duplicate column(s) {dup}")
