@@ -103,11 +103,20 @@ class JoinOp(KeyedOperator):
         pushes would, never the fact index for the facts' own keys (which
         :meth:`recompute` would).  The last term pairs the two changes in memory.
         """
-        parts = [out for out in (self.one_side([ins[0], None], ctx),
-                                 self.one_side([None, ins[1]], ctx)) if out is not None]
         keyed = self.keyed(ins)
+        parts = [out for out in (self.one_side([ins[0], None], ctx, keyed=keyed[0]),
+                                 self.one_side([None, ins[1]], ctx, keyed=keyed[1]))
+                 if out is not None]
         if all(k is not None and len(k[4]) for k in keyed):
+            # Only rows whose key the other change also has can pair: a dimension row's
+            # fan-out (a million rows) meeting a few facts' changes is not grouped whole.
             present = cast("list[Keyed]", keyed)
+            hit = [np.flatnonzero(np.isin(present[0][3], present[1][3])),
+                   np.flatnonzero(np.isin(present[1][3], present[0][3]))]
+            if not len(hit[0]) or not len(hit[1]):
+                return _summed(parts)
+            present = [(t, w, canon.take(h) if len(h) != len(nn) else canon, kh[h], nn[h])
+                       for (t, w, canon, kh, nn), h in zip(present, hit, strict=True)]
             kg = group_keys(np.concatenate([k[3] for k in present]),
                             Bytes.concat([k[2] for k in present]))
             sides: list[Entries] = []
@@ -119,28 +128,23 @@ class JoinOp(KeyedOperator):
                 sides.append(Entries(rows, w[nn], kg.inv[offset:offset + len(nn)]))
                 offset += len(nn)
             parts += self.rule.join(sides[0], sides[1], len(kg))
-        parts = [p for p in parts if len(p[1])]
-        if not parts:
-            return None
-        if len(parts) == 1:
-            return parts[0]
-        return (pa.concat_tables([t for t, _ in parts]),
-                np.concatenate([w for _, w in parts]))
+        return _summed(parts)
 
     def one_side(self, ins: list[Delta | None], ctx: PushContext, *,
-                 cancel_matched: bool = False) -> Delta | None:
+                 cancel_matched: bool = False, keyed: Keyed | None = None) -> Delta | None:
         """ΔS ⋈ O: probe the other input's index with the changed keys.
 
         ``cancel_matched``: consolidate the changed rows whose key was found (those
         that pair) before pairing them; rows of other keys pair with nothing, so
-        consolidating all rows or only these gives the same output.
+        consolidating all rows or only these gives the same output.  ``keyed``: the
+        change's keys, already computed (:meth:`keyed`).
         """
         s = 0 if ins[0] is not None else 1
         d = ins[s]
         if d is None:  # the whole change cancelled out
             return None
         table, w = d
-        canon, khash, nn = self.keys(s, table)
+        canon, khash, nn = self.keys(s, table) if keyed is None else keyed[2:]
         if not len(nn):
             return None
         kg = group_keys(khash, canon)
@@ -184,3 +188,13 @@ class JoinOp(KeyedOperator):
             if len(nulls):
                 parts += self.rule.null_keyed(table.take(pa.array(nulls)), w[nulls], pos)
         return self.consolidated(parts)
+
+
+def _summed(parts: list[Delta]) -> Delta | None:
+    """The non-empty ``parts`` as one change (None if there is none)."""
+    parts = [p for p in parts if len(p[1])]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return (pa.concat_tables([t for t, _ in parts]), np.concatenate([w for _, w in parts]))
