@@ -48,17 +48,28 @@ def integrate(total: Counter[Row], out: DataFrame) -> None:
         total[tuple(r[c] for c in cols)] += r["_weight"]
 
 
-def duckdb_answer(tables: dict[str, Counter[Row]]) -> Counter[Row]:
+def apply_counted(spark: SparkSession, sp: Any, tables: dict[str, Counter[Row]],
+                  total: Counter[Row], source: str, schema: pa.Schema,
+                  rows: list[tuple[Row, int]], output: str) -> None:
+    """Apply ``rows`` to ``source`` on Spark; count them into ``tables``, the output into
+    ``total``."""
+    for r, w in rows:
+        tables[source][r] += w
+    integrate(total, sp.apply(source, frame(spark, schema, rows))[output])
+
+
+def duckdb_answer(tables: dict[str, Counter[Row]], sql: str = SQL,
+                  schemas: dict[str, pa.Schema] | None = None) -> Counter[Row]:
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
     try:
-        for name, schema in (("sales", SALES), ("customer", CUSTOMER)):
+        for name, schema in (schemas or {"sales": SALES, "customer": CUSTOMER}).items():
             rows = list(tables[name].elements())
             cols = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
             con.register(name, pa.table([pa.array(list(c), f.type)
                                          for c, f in zip(cols, schema, strict=True)],
                                         schema=schema))
-        return Counter(tuple(r) for r in con.execute(SQL).fetchall())
+        return Counter(tuple(r) for r in con.execute(sql).fetchall())
     finally:
         con.close()
 
@@ -82,13 +93,9 @@ def test_from_sql_maintains_the_answer(spark: SparkSession, tmp_path: Path) -> N
     integrate(total, outs["per_name"])
     assert +total == duckdb_answer(tables)
     change = [((1, 5, d("1.25")), -1), ((2, 8, d("2.00")), 1), ((3, None, d("0.50")), -1)]
-    for r, w in change:
-        tables["sales"][r] += w
-    integrate(total, sp.apply("sales", frame(spark, SALES, change))["per_name"])
+    apply_counted(spark, sp, tables, total, "sales", SALES, change, "per_name")
     rename = [((2, "bo"), -1), ((2, "cy"), 1)]
-    for r, w in rename:
-        tables["customer"][r] += w
-    integrate(total, sp.apply("customer", frame(spark, CUSTOMER, rename))["per_name"])
+    apply_counted(spark, sp, tables, total, "customer", CUSTOMER, rename, "per_name")
     want = duckdb_answer(tables)
     assert all(w >= 0 for w in total.values())
     assert +total == want
@@ -214,8 +221,9 @@ def test_a_state_planned_by_the_earlier_join_order_rule_reattaches_from_sql(
     sales = [((1, 1, Decimal("1.00")), 1), ((1, 2, None), 1), ((2, 3, Decimal("2.00")), 1),
              ((None, 1, Decimal("3.00")), 1), ((3, None, None), 1), ((3, 2, None), 1)]
     returns = [((1, 10), 1), ((1, 20), 1), ((2, 30), 1), ((3, 40), 1)]
-    tables = {"customer": Counter(dict(customers)), "sales": Counter(dict(sales)),
-              "returns": Counter(dict(returns))}
+    tables: dict[str, Counter[Row]] = {
+        "customer": Counter(dict(customers)), "sales": Counter(dict(sales)),
+        "returns": Counter(dict(returns))}
     schemas = {"customer": CUSTOMER, "sales": SALES, "returns": RETURNS}
     total: Counter[Row] = Counter()
     integrate(total, first.populate({s: frame(spark, schemas[s], rows) for s, rows in
@@ -226,28 +234,12 @@ def test_a_state_planned_by_the_earlier_join_order_rule_reattaches_from_sql(
                                             shards=2, name="agg", stats=TWO_FACTS_ROWS)
     assert again.graph.spec() == old.spec()
     change = [((1, 20), -1), ((3, 50), 1), ((2, 30), 1)]
-    for r, w in change:
-        tables["returns"][r] += w
-    integrate(total, again.apply("returns", frame(spark, RETURNS, change))["agg"])
+    apply_counted(spark, again, tables, total, "returns", RETURNS, change, "agg")
     rename = [((2, "bo"), -1), ((2, "cy"), 1)]
-    for r, w in rename:
-        tables["customer"][r] += w
-    integrate(total, again.apply("customer", frame(spark, CUSTOMER, rename))["agg"])
+    apply_counted(spark, again, tables, total, "customer", CUSTOMER, rename, "agg")
 
-    duckdb = pytest.importorskip("duckdb")
-    con = duckdb.connect()
-    try:
-        for name, schema in schemas.items():
-            rows = list(tables[name].elements())
-            cols = list(zip(*rows, strict=True))
-            con.register(name, pa.table([pa.array(list(c), f.type)
-                                         for c, f in zip(cols, schema, strict=True)],
-                                        schema=schema))
-        want = Counter(tuple(r) for r in con.execute(TWO_FACTS_SQL).fetchall())
-    finally:
-        con.close()
     assert all(w >= 0 for w in total.values())
-    assert +total == want
+    assert +total == duckdb_answer(tables, TWO_FACTS_SQL, schemas)
 
     other = TWO_FACTS_SQL.replace("sum(r.amt)", "max(r.amt)")
     with pytest.raises(JoinSpecMismatchError, match="different definition"):
