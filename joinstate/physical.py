@@ -215,9 +215,6 @@ class Reader:
     chain: tuple[Step, ...]
     columns: list[str]
     """The input's columns as its operator reads them (its needed columns)."""
-    leading: int = 0
-    """How many filters the chain starts with (0 once the index's predicate applies
-    them: :meth:`IndexPlan.implied_filter`)."""
 
     def probe(self, index: Index, qcanon: Bytes, qhash: np.ndarray) -> Entries:
         """The input's rows at the queried keys, read from ``index`` through the chain."""
@@ -467,8 +464,7 @@ class PhysicalPlan:
             ip.reader_needs.append(set(needs))
             ip.reader_rest.append(set(rest))
             ip.columns |= needs | set(bkey)
-            self.readers[(node.id, pos)] = Reader(ip, tuple(steps), cols[inp.id],
-                                                  len(leading))
+            self.readers[(node.id, pos)] = Reader(ip, tuple(steps), cols[inp.id])
 
         for node in self.graph.nodes:
             if node.id not in cols:
@@ -494,12 +490,13 @@ class PhysicalPlan:
         self.indexes = list(plans.values())
         for ip in self.indexes:
             base = ip.base
-            if isinstance(base, SourceNode) and base.unique_key:
-                ip.columns |= set(base.unique_key)
             if not ip.owner:
                 ip.settle_predicate()
                 if self.layout >= 2 and ip.implied_filter():
                     self._skip_implied_filters(ip)
+            if isinstance(base, SourceNode) and base.unique_key:
+                ip.columns |= set(base.unique_key)
+            if not ip.owner:
                 keep = set(ip.key) | set(getattr(base, "unique_key", None) or ())
                 for f in ip.reader_filters:
                     if f is not None:
@@ -513,17 +510,16 @@ class PhysicalPlan:
     def _skip_implied_filters(self, ip: IndexPlan) -> None:
         """Readers of ``ip`` skip their leading filters, which its predicate applies.
 
-        The index stores the key, the base's unique key and what the readers read
-        above those filters; the columns only the filters read are dropped.
+        The index stores the key and what the readers read above those filters; the
+        columns only the filters read are dropped.
         """
-        cols = set(ip.key).union(*ip.reader_rest)
-        if isinstance(ip.base, SourceNode) and ip.base.unique_key:
-            cols |= set(ip.base.unique_key)
-        ip.columns = cols
+        ip.columns = set(ip.key).union(*ip.reader_rest)
         ip.reader_needs = [set(r) for r in ip.reader_rest]
         for r in self.readers.values():
-            if r.plan is ip and r.leading:
-                r.chain, r.leading = r.chain[r.leading:], 0
+            if r.plan is ip:
+                lead = next((i for i, (kind, _) in enumerate(r.chain) if kind != "filter"),
+                            len(r.chain))
+                r.chain = r.chain[lead:]
 
     def _set_plan(self, node: JoinNode | JoinAllNode, positions: list[int],
                   plan: list[KeyColumn]) -> None:
