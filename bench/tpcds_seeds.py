@@ -646,6 +646,91 @@ returning in November 1998 three catalog items sold in October (amounts of other
 returns of that month)."""
 
 
+def _numbered_store_sales(joined: str, where: str, n: int) -> str:
+    """The first ``n`` store sales (by ticket and item) passing a query's filters, k: 1..n.
+
+    A subquery of the sales joined with ``joined`` (joined in ``where``) that meet
+    ``where``.  Seeds copying different sales keep their dates, prices and customers
+    apart: the seeded answer has several rows or sums of several values, which change
+    batches move.
+    """
+    return ("(SELECT store_sales.*, row_number() OVER (ORDER BY ss_ticket_number, ss_item_sk) "
+            f"AS k FROM store_sales, {joined} WHERE {where} ORDER BY ss_ticket_number, "
+            f"ss_item_sk LIMIT {n})")
+
+
+def _sold_as_new_items(joined: str, where: str, n: int = 40, items: int = 6
+                       ) -> tuple[str, str]:
+    """Copies of :func:`_numbered_store_sales`, of the ``items`` items added last in turn."""
+    return ("store_sales", "SELECT s.* EXCLUDE (k) REPLACE ((SELECT max(i_item_sk) FROM item) - "
+                           f"s.k % {items} AS ss_item_sk) FROM "
+                           f"{_numbered_store_sales(joined, where, n)} AS s")
+
+
+_Q13_BRANCHES = ("(VALUES (0, 'M', 'Advanced Degree', 3, 100), (1, 'S', 'College', 1, 50), "
+                 "(2, 'W', '2 yr Degree', 1, 150)) AS b(i, marital, education, deps, low)")
+"""q13's demographic branches: marital and education status, dependants, lowest price."""
+_Q13_ADDRESSES = ("(SELECT ca_address_sk, row_number() OVER (ORDER BY ca_address_sk) % 10 AS j "
+                  "FROM customer_address WHERE ca_country = 'United States' AND ca_state IN "
+                  "('TX', 'OH', 'OR', 'NM', 'KY', 'VA', 'MS') ORDER BY ca_address_sk LIMIT 10) "
+                  "AS a")
+"""Ten addresses in q13's states (j: 0..9)."""
+_Q13_YEAR = "ss_sold_date_sk = d_date_sk AND d_year = 2001 AND ss_store_sk IS NOT NULL"
+
+
+def _q31_sales(table: str, p: str, addr: str, amount: str) -> tuple[str, str]:
+    """24 sales of 2000 at the two addresses added last: eight a quarter, in Q1-Q3.
+
+    One a week from each quarter's first Monday (``k // 8``: the quarter, 0..2), each
+    of ``amount``: several dates a quarter, so a date updated into another quarter
+    leaves the quarter its sales.
+    """
+    day = ("(SELECT d_date_sk FROM date_dim WHERE d_date = [DATE '2000-01-03', DATE "
+           "'2000-04-03', DATE '2000-07-03'][k // 8 + 1] + CAST(7 * (k % 8) AS INTEGER))")
+    return (table, f"SELECT s.* REPLACE ({_ADDR} - k % 2 AS {addr}, {day} AS {p}_sold_date_sk, "
+                   f"CAST({amount} AS DECIMAL(7, 2)) AS {p}_ext_sales_price) FROM (SELECT * "
+                   f"FROM {table} LIMIT 1) AS s, range(24) AS r(k)")
+
+
+SEED_SQL.update({
+    3: [_new_items("3", "128 AS i_manufact_id"),
+        _sold_as_new_items("date_dim", "ss_sold_date_sk = d_date_sk AND d_moy = 11")],
+    19: [_new_items("19", "8 AS i_manager_id"),
+         _sold_as_new_items("date_dim, customer, customer_address, store",
+                            "ss_sold_date_sk = d_date_sk AND d_year = 1998 AND d_moy = 11 AND "
+                            "ss_customer_sk = c_customer_sk AND c_current_addr_sk = "
+                            "ca_address_sk AND ss_store_sk = s_store_sk AND "
+                            "substring(ca_zip, 1, 5) <> substring(s_zip, 1, 5)")],
+    13: [("store_sales", "SELECT s.* EXCLUDE (k) REPLACE ((SELECT min(cd_demo_sk) FROM "
+                         "customer_demographics WHERE cd_marital_status = b.marital AND "
+                         "cd_education_status = b.education) AS ss_cdemo_sk, (SELECT "
+                         "min(hd_demo_sk) FROM household_demographics WHERE hd_dep_count = "
+                         "b.deps) AS ss_hdemo_sk, a.ca_address_sk AS ss_addr_sk, CAST(b.low + "
+                         "s.k AS DECIMAL(7, 2)) AS ss_sales_price, CAST(150 + s.k AS "
+                         "DECIMAL(7, 2)) AS ss_net_profit) FROM "
+                         f"{_numbered_store_sales('date_dim', _Q13_YEAR, 30)} AS s, "
+                         f"{_Q13_BRANCHES}, {_Q13_ADDRESSES} WHERE b.i = s.k % 3 AND "
+                         "a.j = s.k % 10")],
+    31: [_new_row("customer_address", "ca_address_sk", "'Seedling County' AS ca_county"),
+         _q31_sales("store_sales", "ss", "ss_addr_sk", "1000"),
+         _q31_sales("web_sales", "ws", "ws_bill_addr_sk", "[1000, 10000, 99999.99][k // 8 + 1]")],
+})
+"""Rows giving q3, q13, q19 and q31 an answer at SF0.01 (at SF0.1 they have one; the
+seeds add to it).  q3: six items of manufacturer 128 (SF0.01 has none), of six brands,
+sold in copies of the first forty November store sales (any year).  q13: copies of
+thirty store sales of 2001 made to fit its filters (at SF0.01 none does), ten per
+demographic branch, at ten addresses of its states, priced in the branch's band at a
+profit every address branch admits.  q19: six items of manager 8 (SF0.01's one sells
+nothing in November 1998), sold in copies of forty store sales of that month to
+customers living outside the store's zip.  q31: a new county of two addresses (no
+SF0.01 county's sales grow faster on the web than in store through 2000's first three
+quarters) with eight store sales of 1000 a quarter and eight web sales of 1000, 10000
+and 99999.99 (growth 10 against 1: it outlasts a batch deleting half of them; a clone
+taking a later quarter's web price can still end it, and that batch is drawn again).  Six
+items, not :func:`_new_row`'s two, for q3 and q19: a batch updates two candidate
+items, and two seeded ones given another's manufacturer or manager empty the answer."""
+
+
 SEEDS: dict[int, Seed] = {44: _seed_q44, 49: _seed_q49, 4: _year_over_year("scw", "c"),
                           11: _year_over_year("sw", "w"), 74: _year_over_year("sw", "w"),
                           38: _same_day_everywhere(customers=8)}
