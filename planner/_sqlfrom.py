@@ -15,6 +15,7 @@ condition between two groups that may both hold several rows is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from planner._sqlexpr import ExprCompiler, cast_to
 from planner._sqlscope import (
     Bound,
     BoundScope,
+    JoinStep,
     Rel,
     SourceSpec,
     aliases_of,
@@ -44,6 +46,7 @@ from planner._sqltypes import Typed, TypeRuleError, common_type
 from planner._sqlwindow import top_n
 from planner.rule import Decision
 from planner.rules.join_order import JoinEdge, JoinInput, JoinOrderContext
+from planner.stats import duj1
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -487,8 +490,10 @@ class FromPlanner:
         ties = tuple(sorted({tuple(sorted(labels[i] for i, m in enumerate(members)
                                           if m.aliases and set(m.aliases) & c.aliases))
                              for c in multi}))
+        fans = self._fanouts(members, keyed)
+        fanouts = tuple((labels[i], labels[j], f) for (i, j), f in fans.items())
         ctx = JoinOrderContext(tuple(inputs), edges, f"FROM {', '.join(labels.values())}",
-                               tuple(t for t in ties if len(t) > 1))
+                               tuple(t for t in ties if len(t) > 1), fanouts)
         order = self.qc.join_order(ctx)
         by_label = {labels[i]: i for i in labels}
         seq = [by_label[n] for n in order]
@@ -501,6 +506,9 @@ class FromPlanner:
 
         cur = members[seq[0]]
         colmap: dict[int, dict[str, str]] = {seq[0]: {c: c for c in cur.stream.columns}}
+        steps: list[JoinStep] = []
+        root_rows = self._member_rows(cur)
+        rows = None if root_rows is None else root_rows * inputs[seq[0]].kept
         for i in seq[1:]:
             pairs: list[tuple[str, str]] = []
             extra: list[tuple[str, str]] = []  # more columns equal to a key column used
@@ -521,6 +529,7 @@ class FromPlanner:
                 else:
                     pairs.append((colmap[mine[0]][mine[1]], other))
                 parent[find((i, other))] = find(mine)
+            before = cur
             cur, lmap, rmap = join_bounds(cur, members[i], pairs, "inner")
             colmap = {j: {c: lmap.get(v, v) for c, v in m.items()} for j, m in colmap.items()}
             colmap[i] = dict(rmap)
@@ -529,7 +538,76 @@ class FromPlanner:
             ready = [c for c in multi if not c.used and c.aliases <= set(cur.aliases)]
             if ready:
                 cur = self._filter(cur, ready)
-        return cur
+            steps.append(JoinStep(before, members[i], tuple(pairs), cur.stream,
+                                  not extra and not ready, self._member_rows(members[i]),
+                                  rows))
+            if rows is not None:
+                fan = [f for (a, b), f in fans.items() if a == i and b in colmap]
+                rows *= inputs[i].kept * (min(fan) if fan else 1.0)
+        return dataclasses.replace(cur, steps=tuple(steps))
+
+    def _fanouts(self, members: list[Bound], keyed: list[tuple[int, str, int, str]]
+                 ) -> dict[tuple[int, int], float]:
+        """The rows of ``i`` each row of ``j`` finds, per pair of members joined.
+
+        For each ordered pair ``(i, j)`` of members joined by equalities, where ``i`` is
+        not joined on a unique key of its own.
+
+        The textbook estimate from distinct keys: two inputs joined on key ``k`` give
+        ``|i| |j| / max(D_i(k), D_j(k))`` rows (every value of the side with fewer
+        distinct values is assumed to occur in the other), so one row of ``j`` finds
+        ``|i| / max(D_i, D_j)`` rows of ``i``; rows with a NULL in ``k`` find none.
+        ``D`` is estimated on each member's unfiltered sample (Duj1, scaled to the rows
+        the sample was drawn from), so it needs samples of both.  Two fact tables joined
+        on one's near-unique key (TPC-DS ``store_returns`` on ``store_sales``' ticket and
+        item) come out near ``|returns| / |sales|``.
+        """
+        on: dict[tuple[int, int], dict[tuple[str, str], None]] = {}
+        for li, lc, ri, rc in keyed:
+            if li != ri:
+                on.setdefault((li, ri), {})[(lc, rc)] = None
+                on.setdefault((ri, li), {})[(rc, lc)] = None
+        keys: dict[tuple[int, tuple[str, ...]], tuple[int, float] | None] = {}
+
+        def distinct(m: int, cols: tuple[str, ...]) -> tuple[int, float] | None:
+            """Estimated distinct non-NULL keys of member ``m`` and its non-NULL share."""
+            if (m, cols) not in keys:
+                keys[(m, cols)] = _distinct_keys_of(members[m], cols, self._rows_of(
+                    members[m]))
+            return keys[(m, cols)]
+
+        out: dict[tuple[int, int], float] = {}
+        for (i, j), pairs in on.items():
+            mine = tuple(a for a, _ in pairs)
+            if any(set(k) <= set(mine) for k in members[i].unique):
+                continue
+            rows_i = self._rows_of(members[i])
+            di, dj = distinct(i, mine), distinct(j, tuple(b for _, b in pairs))
+            if rows_i is None or di is None or dj is None:
+                continue
+            out[(i, j)] = rows_i * di[1] * dj[1] / max(di[0], dj[0], 1)
+        return out
+
+    def _member_rows(self, m: Bound) -> int | None:
+        """The rows ``m`` reads, when it is a source or a projection or filter of one.
+
+        A derived table such as ``(SELECT substr(w_name, 1, 20) AS w_substr, * FROM
+        warehouse)`` reads its source's rows; anything else: None.
+        """
+        node: Any = m.stream.node
+        while node.kind in ("project", "filter") and len(node.inputs) == 1:
+            node = node.inputs[0]
+        if node.kind != "source":
+            return None
+        spec = self.qc.sources.get(str(node.name).lower())
+        return None if spec is None else spec.rows or spec.sampled_from
+
+    def _rows_of(self, m: Bound) -> int | None:
+        """The rows a member's sample stands for (None: not a source read directly)."""
+        if m.source is None or m.unfiltered is None:
+            return None
+        spec = self.qc.sources.get(m.source.lower())
+        return None if spec is None else spec.rows or spec.sampled_from
 
     @staticmethod
     def _selectivity(i: int, members: list[Bound],
@@ -634,6 +712,28 @@ class FromPlanner:
             right, rc = self._key_column(right, re_, self._expr_name(re_))
             pairs.append((lc, rc))
         return join_bounds(left, right, pairs, kind)[0]
+
+
+def _distinct_keys_of(m: Bound, cols: tuple[str, ...], rows: int | None
+                      ) -> tuple[int, float] | None:
+    """Distinct non-NULL values of ``cols`` in ``m``'s source, and their non-NULL share.
+
+    Duj1 on its unfiltered sample, scaled to ``rows``; the share is of rows where none
+    of ``cols`` is NULL.
+    """
+    sample = m.unfiltered
+    if sample is None or rows is None or not sample.num_rows:
+        return None
+    try:
+        keyed = sample.select(list(cols)).drop_null()
+        counts = keyed.group_by(list(cols)).aggregate([([], "count_all")])
+    except (KeyError, pa.ArrowException):
+        return None
+    share = keyed.num_rows / sample.num_rows
+    if not keyed.num_rows:
+        return 0, 0.0
+    freqs = counts.column("count_all").to_numpy()
+    return duj1(freqs, max(round(rows * share), keyed.num_rows)), share
 
 
 def _kept(sample: pa.Table | None, predicate: pc.Expression) -> pa.Table | None:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 import joinstate
+from planner._sqleager import eager_aggregate
 from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
 from planner._sqlexpr import ExprCompiler, cast_to, constant, null_of
 from planner._sqlfrom import FromPlanner
@@ -86,6 +87,11 @@ class QueryCompiler:
     """Join orders a view was compiled with, in the order the groups are met: kept."""
     join_orders: list[tuple[str, ...]] = field(default_factory=list)
     """The join order of every inner join group, in the order they were met."""
+    recorded_peels: tuple[int, ...] | None = None
+    """Joins a view was compiled with peeled off each GROUP BY (:mod:`planner._sqleager`),
+    in the order they are met: kept (missing ones: none).  None: decided afresh."""
+    peels: list[int] = field(default_factory=list)
+    """The joins peeled off every GROUP BY over joins, in the order they were met."""
 
     # ---- queries ----------------------------------------------------------------------
 
@@ -315,7 +321,17 @@ class QueryCompiler:
             specs[unique_name("__rows", names)] = ("count", None)
         if group is None:
             return self._global(stream, specs, post)
-        out = stream.group_by([c for _, c in self._dedup_keys(keys)]).aggregate(**specs)
+        k = len(self.peels)
+        recorded = None if self.recorded_peels is None else (
+            self.recorded_peels[k] if k < len(self.recorded_peels) else 0)
+        peeled = eager_aggregate(bound, exprs, agg_nodes, specs, outer=self.outer_aliases(),
+                                 fallback=self._agg, record=self.record,
+                                 recorded=recorded) if self._rule.by_steps else None
+        self.peels.append(peeled.joins if peeled is not None else 0)
+        if peeled is not None:
+            out, keys = peeled.stream, peeled.keys
+        else:
+            out = stream.group_by([c for _, c in self._dedup_keys(keys)]).aggregate(**specs)
         resolved = {k: v if isinstance(v, Typed) else Typed(pc.field(v), out.schema.field(
             v).type) for k, v in post.items()}
         return out, AggScope(out, keys, resolved)

@@ -29,6 +29,7 @@ __all__ = [
     "AggScope",
     "Bound",
     "BoundScope",
+    "JoinStep",
     "OrderItem",
     "Rel",
     "SourceSpec",
@@ -49,6 +50,9 @@ class SourceSpec:
 
     ``sample``: some of its rows, when the caller gave data (estimates only: the share
     of rows a filter keeps, for the join order; never part of the definition).
+    ``sampled_from``: how many rows the sample was drawn from (the row count when known,
+    else the rows of the data given), which scales the distinct keys seen in the sample
+    to the whole source.
     """
 
     name: str
@@ -57,6 +61,7 @@ class SourceSpec:
     rows: int | None = None
     also_unique: tuple[tuple[str, ...], ...] = ()
     sample: pa.Table | None = field(default=None, compare=False, repr=False)
+    sampled_from: int | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -93,6 +98,30 @@ class Bound:
     filtered: bool = False
     sample: pa.Table | None = field(default=None, repr=False)
     unfiltered: pa.Table | None = field(default=None, repr=False)
+    steps: tuple[JoinStep, ...] = field(default=(), repr=False)
+    """When ``stream`` is a left-deep chain of inner joins: how it was built, one step
+    per join (what an aggregate over it may rebuild, :mod:`planner._sqleager`)."""
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    """One inner join of a left-deep chain.
+
+    ``before`` was joined with ``member`` on the stream column ``pairs`` (``before``'s
+    column, ``member``'s column); ``after`` is the chain's stream once this step is done.
+    ``plain``: the step is the equi-join alone (no condition it brought into reach, no
+    second equality on a joined key, filtered it).  ``member_rows``: the rows ``member``
+    reads (its source's, when it is a source or a projection or filter of one);
+    ``rows_before``: the estimated rows of ``before`` (None when unknown).
+    """
+
+    before: Bound
+    member: Bound
+    pairs: tuple[tuple[str, str], ...]
+    after: Stream
+    plain: bool
+    member_rows: int | None
+    rows_before: float | None
 
 
 @dataclass(frozen=True)

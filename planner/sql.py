@@ -85,7 +85,7 @@ from planner._sqlorder import hidden_order
 from planner._sqlrel import OrderItem, QueryCompiler, SourceSpec, output_order
 from planner._sqlscope import ambiguous_column
 from planner._sqltypes import describe
-from planner.rules.join_order import JoinOrder
+from planner.rules.join_order import JOIN_RULE, JOIN_RULES, JoinOrder
 from planner.views import ViewRecord, record_view, stored_view
 
 if TYPE_CHECKING:
@@ -158,6 +158,9 @@ class SQLPlan:
     materialized: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
     join_orders: tuple[tuple[str, ...], ...] = ()
+    peels: tuple[int, ...] = ()
+    """Joins peeled off each GROUP BY over joins, in the order the compiler met them
+    (eager aggregation, ``planner._sqleager``)."""
 
     def explain(self) -> str:
         """The plan in words: sources, output, and every decision with its reason."""
@@ -231,6 +234,19 @@ def _sample(value: object) -> pa.Table | None:
     picks = np.sort(np.random.default_rng(0).choice(data.num_rows, SAMPLE_ROWS,
                                                     replace=False))
     return data.take(pa.array(picks))
+
+
+def _sampled_from(value: object, rows: int | None) -> int | None:
+    """How many rows ``value``'s sample stands for.
+
+    The row count when known, else the rows of the data given (a table given as stats
+    is the source's data itself).
+    """
+    if rows is not None:
+        return rows
+    data = value if isinstance(value, pa.Table | pa.RecordBatch) else getattr(
+        value, "sample", None)
+    return data.num_rows if isinstance(data, pa.Table | pa.RecordBatch) else None
 
 
 def counts_only(stats: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -446,8 +462,8 @@ def _factor_disjunctions(tree: exp.Expr) -> None:
 
 def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
            materialize: bool = True, stats: Mapping[str, Any] | None = None,
-           join_orders: Sequence[Sequence[str]] = (), roots: str = "references",
-           ) -> tuple[joinstate.Graph, SQLPlan]:
+           join_orders: Sequence[Sequence[str]] = (), join_rule: str = JOIN_RULE,
+           peels: Sequence[int] | None = None) -> tuple[joinstate.Graph, SQLPlan]:
     """``sql`` as a graph: one source per table read, one output ``name``; and its plan.
 
     ``materialize=True`` declares the output materialized with the final ORDER BY and
@@ -459,30 +475,35 @@ def define(sql: str, sources: Mapping[str, Any], *, name: str = "result",
     rows each filter keeps, so the most selective dimension is joined first).
     ``join_orders``: orders to keep for the inner join groups, in the order the
     compiler meets them (:attr:`SQLPlan.join_orders` of an earlier plan); a group whose
-    inputs differ from the one recorded is planned afresh.  ``roots``: how a join
-    group's first input is chosen, ``"references"`` (the input referring to the most
-    others by their unique key, then the largest) or ``"rows"`` (the largest, as views
-    recorded before their join orders were kept were built).  Needs no store:
-    :func:`compile` attaches the graph to one.
+    inputs differ from the one recorded is planned afresh.  ``join_rule``: the
+    join-order rule the groups are planned with
+    (:data:`planner.rules.join_order.JOIN_RULES`: today's, or an earlier one, as states
+    recorded without their join orders were built).  ``peels``: the joins peeled off
+    each GROUP BY over joins (:attr:`SQLPlan.peels` of an earlier plan, kept; ``()``
+    peels none, as states made before eager aggregation); None decides from the
+    estimates.  Needs no store: :func:`compile` attaches the graph to one.
     """
-    if roots not in ("references", "rows"):
-        raise SQLError(f"roots={roots!r}: give 'references' or 'rows'")
+    if join_rule not in JOIN_RULES:
+        raise SQLError(f"join_rule={join_rule!r}: give one of {', '.join(JOIN_RULES)}")
     specs = _specs(sources, stats)
     raw = _parse(sql)
     if stats is not None:  # samples of the sources the SQL reads, for the join order
         read = {t.name.lower() for t in raw.find_all(exp.Table)}
-        specs = {k: dataclasses.replace(v, sample=_sample(stats[v.name]))
+        specs = {k: dataclasses.replace(v, sample=_sample(stats[v.name]),
+                                        sampled_from=_sampled_from(stats[v.name], v.rows))
                  if k in read and v.name in stats else v for k, v in specs.items()}
     explicit = frozenset(a.name.lower() for a in raw.find_all(exp.TableAlias) if a.name)
     with quoting(explicit):
         return _define(raw, specs, name=name, materialize=materialize,
                        join_orders=tuple(tuple(o) for o in join_orders),
-                       by_references=roots == "references")
+                       join_rule=join_rule,
+                       peels=None if peels is None else tuple(int(k) for k in peels))
 
 
 def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
             name: str, materialize: bool, join_orders: tuple[tuple[str, ...], ...] = (),
-            by_references: bool = True) -> tuple[joinstate.Graph, SQLPlan]:
+            join_rule: str = JOIN_RULE, peels: tuple[int, ...] | None = None
+            ) -> tuple[joinstate.Graph, SQLPlan]:
     _precheck(raw)
     _known_tables(raw, specs)
     root = _normalise(raw, specs)
@@ -501,7 +522,7 @@ def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
     display = _display_names(raw, root, specs)
     order, hidden = hidden_order(order, body, display) if materialize else (order, [])
     qc = QueryCompiler(specs, recorded_orders=join_orders,
-                       _rule=JoinOrder(by_references=by_references))
+                       _rule=JoinOrder(rule=join_rule), recorded_peels=peels)
     rel = qc.query(body, names=[*display, *hidden])
     sel = _first_select(body) if isinstance(root, exp.Select) else None
     items = output_order(order, list(sel.expressions) if sel is not None else None,
@@ -530,7 +551,7 @@ def _define(raw: exp.Expr, specs: Mapping[str, SourceSpec], *,
         order_by=tuple(items),
         limit=limit, sources=tuple(qc.streams), decisions=tuple(qc.decisions),
         qualified_sql=root.sql(dialect=DIALECT, pretty=True), materialized=materialize,
-        join_orders=tuple(qc.join_orders))
+        join_orders=tuple(qc.join_orders), peels=tuple(qc.peels))
 
 
 def _limit(node: exp.Expr | None) -> int | None:
@@ -570,19 +591,21 @@ def compile(sql: str, sources: Mapping[str, Any], *, store: joinstate.StateStore
     ``stats`` are given then (the stored state is laid out in it).
     """
     before = stored_view(store, name)
-    kept = before.join_orders if before is not None and before.sql == sql else ()
-    old = before is not None and before.sql == sql and not kept
+    same = before is not None and before.sql == sql
+    kept = before.join_orders if before is not None and same else ()
+    old = same and not kept
     if old:  # recorded before join orders were: planned as then, from counts, by rows
         stats = counts_only(stats)
     graph, sql_plan = define(sql, sources, name=name, stats=stats, join_orders=kept,
-                             roots="rows" if old else "references")
+                             join_rule="rows" if old else JOIN_RULE,
+                             peels=before.peels if before is not None and same else None)
     p = joinstate.Pipeline(store, name, graph, share_indexes=share_indexes)
     specs = _specs(sources, stats)
     record = ViewRecord(
         sql, {s.name: (s.schema, s.unique_key) for s in specs.values()},
         {s.name: s.rows for s in specs.values() if s.rows is not None}, dict(metadata or {}),
         {s.name: s.also_unique for s in specs.values() if s.also_unique},
-        sql_plan.join_orders)
+        sql_plan.join_orders, sql_plan.peels)
     _attach(p, record, store)
     return p
 

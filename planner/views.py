@@ -45,7 +45,10 @@ class ViewRecord:
     ``sources`` maps a source name to ``(schema, unique key)``; ``rows`` holds the row
     counts given when it was compiled; ``metadata`` is the caller's (JSON-able);
     ``also_unique``: the further unique keys of the sources that declare some;
-    ``join_orders``: each inner join group's order, as the compiler met them.
+    ``join_orders``: each inner join group's order, as the compiler met them;
+    ``peels``: the joins peeled off each GROUP BY over joins (eager aggregation), as the
+    compiler met them (a record written before eager aggregation has none: nothing
+    peeled).
     Records written before sources were kept have ``sources`` empty: such a view is
     quoted in messages but cannot be reopened.
     """
@@ -57,6 +60,7 @@ class ViewRecord:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     also_unique: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     join_orders: tuple[tuple[str, ...], ...] = ()
+    peels: tuple[int, ...] = ()
 
     def to_json(self, definition: bytes) -> bytes:
         """The record's bytes, bound to the stored ``definition``."""
@@ -70,6 +74,7 @@ class ViewRecord:
                         for n, (s, uk) in self.sources.items()},
             "rows": dict(self.rows), "metadata": dict(self.metadata),
             "join_orders": [list(o) for o in self.join_orders],
+            **({"peels": list(self.peels)} if any(self.peels) else {}),
         }).encode()
 
     @classmethod
@@ -89,10 +94,11 @@ class ViewRecord:
                     for n, s in (doc.get("sources") or {}).items() if s.get("also_unique")}
             metadata = doc.get("metadata") or {}
             orders = tuple(tuple(str(n) for n in o) for o in doc.get("join_orders") or ())
+            peels = tuple(int(k) for k in doc.get("peels") or ())
         except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):
             return None
         return cls(doc["sql"], sources, rows, metadata if isinstance(metadata, dict) else {},
-                   also, orders)
+                   also, orders, peels)
 
 
 

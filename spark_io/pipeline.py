@@ -79,6 +79,7 @@ from joinstate.catalog import spec_diff
 from joinstate.names import pipeline_owner, validate_name
 from joinstate.schema import check_column_types
 from planner.distribute import DistributedPlan, from_decisions, plan_distribution
+from planner.rules.join_order import JOIN_RULES
 from planner.stats import SourceStats, given
 from spark_io import args, handover, warmup
 from spark_io._worker import RollbackTask, UndoPlan, open_store, options_from_dict, options_to_dict
@@ -271,9 +272,9 @@ class SparkPipeline:
         # same SQL re-attaching later must plan the same joins from the same counts.
         graph, _ = define(sql, schemas, name=name, materialize=True,
                           stats=counts_only(stats))
-        graph = _as_recorded(graph, state_dir, name, lambda: define(
+        graph = _as_recorded(graph, state_dir, name, lambda rule: define(
             sql, schemas, name=name, materialize=True, stats=counts_only(stats),
-            roots="rows")[0])
+            join_rule=rule, peels=())[0])
         sp = cls(spark, graph, state_dir, shards, name=name, **kwargs)
         sp._defaults = frames
         return sp
@@ -905,16 +906,19 @@ def _snapshot_paths(source: str, value: Any, schema: pa.Schema
 
 
 def _as_recorded(graph: Graph, state_dir: str | Path, name: str,
-                 before: Callable[[], Graph]) -> Graph:
+                 before: Callable[[str], Graph]) -> Graph:
     """``graph``, or the same SQL planned as a state created earlier recorded it.
 
     A state's manifest keeps the graph it was created with, and its stores are laid out
-    in that graph's join order.  The join-order rule once rooted an inner join group at
-    its largest input (by rows) rather than at the input that refers to the most others
-    by their unique key; a state created then must re-attach to the plan it holds, not
-    be refused because the rule has changed since.  ``before`` plans the SQL as that
-    rule did; it is used only when it is exactly the recorded graph (different SQL
-    still fails in the constructor, naming what differs).
+    in that graph's join order.  The join-order rule has changed since some states were
+    created (:data:`~planner.rules.join_order.JOIN_RULES`: a group was once rooted at
+    its largest input; an input was once a lookup only when all its joins were on its
+    unique key), and GROUP BYs over joins were once never aggregated before their last
+    joins; such a state must re-attach to the plan it holds, not be refused because the
+    planner has changed.  ``before(rule)`` plans the SQL with an earlier rule, peeling
+    no join off an aggregate (as then); a plan is used only when it is exactly the
+    recorded graph, the latest rule first (different SQL still fails in the
+    constructor, naming what differs).
     """
     try:
         stored = PipelineManifest.read(args.check_state_dir(state_dir), name)
@@ -922,5 +926,8 @@ def _as_recorded(graph: Graph, state_dir: str | Path, name: str,
         return graph  # the constructor reports a bad directory or manifest, named
     if stored is None or not spec_diff(stored.graph, graph.spec()):
         return graph
-    old = before()
-    return old if not spec_diff(stored.graph, old.spec()) else graph
+    for rule in reversed(JOIN_RULES[:-1]):
+        old = before(rule)
+        if not spec_diff(stored.graph, old.spec()):
+            return old
+    return graph

@@ -115,7 +115,7 @@ def test_tpcds_queries_compiled_from_sql() -> None:
     differ = []
     for n, sql in sorted(DATA["sql_queries"].items(), key=lambda x: int(x[0])):
         # as views recorded before their join orders were kept re-attach: rooted by rows
-        graph, _ = define(sql, sources, name=f"q{n}", roots="rows")
+        graph, _ = define(sql, sources, name=f"q{n}", join_rule="rows")
         got = hashlib.sha256(stored(graph).encode()).hexdigest()
         if got != DATA["sql_sha256"][n]:
             differ.append(n)

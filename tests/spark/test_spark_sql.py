@@ -209,9 +209,9 @@ def test_a_state_planned_by_the_earlier_join_order_rule_reattaches_from_sql(
     from joinstate import JoinSpecMismatchError
     from planner.sql import counts_only, define
 
-    def planned(roots: str) -> Any:
+    def planned(rule: str) -> Any:
         return define(TWO_FACTS_SQL, TWO_FACTS, name="agg", materialize=True,
-                      stats=counts_only(TWO_FACTS_ROWS), roots=roots)
+                      stats=counts_only(TWO_FACTS_ROWS), join_rule=rule)
 
     (old, old_plan), (_, new_plan) = planned("rows"), planned("references")
     assert old_plan.join_orders[0][0] == "r" and new_plan.join_orders[0][0] == "s"
@@ -245,3 +245,132 @@ def test_a_state_planned_by_the_earlier_join_order_rule_reattaches_from_sql(
     with pytest.raises(JoinSpecMismatchError, match="different definition"):
         spark_io.SparkPipeline.from_sql(spark, other, TWO_FACTS, state_dir=state, shards=2,
                                         name="agg", stats=TWO_FACTS_ROWS)
+
+
+CUST2 = pa.schema([("ck", pa.int32()), ("addr", pa.int32()), ("name", pa.string())])
+ADDR = pa.schema([("ak", pa.int32()), ("zip", pa.int32()), ("city", pa.string())])
+ITEM = pa.schema([("ik", pa.int32()), ("cat", pa.string())])
+SALES3 = pa.schema([("k", pa.int64()), ("v", pa.int32()), ("ik", pa.int32()),
+                    ("d", pa.decimal128(7, 2))])
+ADDR_SQL = """
+    SELECT a.city, c.name, i.cat, count(*) AS n, sum(s.d) AS t
+    FROM sales s JOIN customer c ON s.k = c.ck JOIN addr a ON c.addr = a.ak AND a.zip = s.v
+    JOIN item i ON s.ik = i.ik
+    GROUP BY a.city, c.name, i.cat
+"""
+ADDR_SOURCES = {"sales": Source(SALES3), "customer": Source(CUST2, "ck"),
+                "addr": Source(ADDR, "ak"), "item": Source(ITEM, "ik")}
+ADDR_ROWS = {"sales": 1000, "customer": 5000, "addr": 50, "item": 10}
+
+
+def test_a_state_planned_when_lookups_were_judged_on_all_their_joins_reattaches(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Three rules, three plans: by rows the group was rooted at ``customer``; by
+    references at ``sales``, but ``customer`` was no lookup (it also joins an address on
+    a key that is not its own), so the smaller ``addr`` came first, joined on the zip
+    alone; today ``customer`` is a lookup of the sales, then ``addr`` one of the
+    customers.  A state created with the middle rule's order re-attaches from the same
+    SQL (the rule before it would not plan it) and stays exact; other SQL is refused."""
+    from joinstate import JoinSpecMismatchError
+    from planner.sql import counts_only, define
+
+    def planned(rule: str) -> Any:
+        return define(ADDR_SQL, ADDR_SOURCES, name="v", materialize=True,
+                      stats=counts_only(ADDR_ROWS), join_rule=rule)
+
+    orders = {r: planned(r)[1].join_orders for r in ("rows", "references", "steps")}
+    assert orders == {"rows": (("c", "a", "s", "i"),), "references": (("s", "i", "a", "c"),),
+                      "steps": (("s", "i", "c", "a"),)}
+    old = planned("references")[0]
+    state = tmp_path / "state"
+    first = spark_io.SparkPipeline(spark, old, state, 2, name="v")
+    d = Decimal
+    customers = [((1, 10, "ann"), 1), ((2, 11, "bo"), 1), ((3, 10, "cy"), 1),
+                 ((4, None, "di"), 1)]
+    addrs = [((10, 7, "oslo"), 1), ((11, 8, "rome"), 1), ((12, 7, "bern"), 1)]
+    items = [((1, "toy"), 1), ((2, "pen"), 1)]
+    sales = [((1, 7, 1, d("1.00")), 1), ((1, 8, 2, d("2.00")), 1), ((2, 8, 1, d("3.00")), 1),
+             ((3, 7, 2, None), 1), ((3, 7, 1, d("4.00")), 1), ((4, 7, 1, d("5.00")), 1),
+             ((None, 7, 1, d("6.00")), 1), ((2, None, 2, d("7.00")), 1),
+             ((3, 7, None, d("9.00")), 1)]
+    tables: dict[str, Counter[Row]] = {
+        "customer": Counter(dict(customers)), "addr": Counter(dict(addrs)),
+        "item": Counter(dict(items)), "sales": Counter(dict(sales))}
+    schemas = {"customer": CUST2, "addr": ADDR, "item": ITEM, "sales": SALES3}
+    total: Counter[Row] = Counter()
+    integrate(total, first.populate({s: frame(spark, schemas[s], rows) for s, rows in
+                                     (("customer", customers), ("addr", addrs),
+                                      ("item", items), ("sales", sales))})["v"])
+
+    again = spark_io.SparkPipeline.from_sql(spark, ADDR_SQL, ADDR_SOURCES, state_dir=state,
+                                            shards=2, name="v", stats=ADDR_ROWS)
+    assert again.graph.spec() == old.spec()
+    apply_counted(spark, again, tables, total, "addr", ADDR,
+                  [((10, 7, "oslo"), -1), ((10, 8, "oslo"), 1), ((12, 7, "bern"), -1)], "v")
+    apply_counted(spark, again, tables, total, "customer", CUST2,
+                  [((3, 10, "cy"), -1), ((3, 11, "cy"), 1), ((4, None, "di"), -1),
+                   ((4, 10, "di"), 1)], "v")
+    apply_counted(spark, again, tables, total, "item", ITEM,
+                  [((2, "pen"), -1), ((2, "ink"), 1)], "v")
+    apply_counted(spark, again, tables, total, "sales", SALES3,
+                  [((1, 7, 1, d("1.00")), -1), ((3, 8, 2, d("8.00")), 1),
+                   ((3, 8, 2, d("8.00")), 1)], "v")
+    assert all(w >= 0 for w in total.values())
+    assert +total == duckdb_answer(tables, ADDR_SQL, schemas)
+    assert len(total) >= 3
+
+    other = ADDR_SQL.replace("sum(s.d)", "max(s.d)")
+    with pytest.raises(JoinSpecMismatchError, match="different definition"):
+        spark_io.SparkPipeline.from_sql(spark, other, ADDR_SOURCES, state_dir=state, shards=2,
+                                        name="v", stats=ADDR_ROWS)
+
+
+EAGER_SQL = """
+    SELECT i.cat, count(*) AS n, sum(s.d) AS t, max(s.v) AS top
+    FROM sales s JOIN item i ON s.ik = i.ik
+    GROUP BY i.cat
+"""
+EAGER_SOURCES = {"sales": Source(SALES3), "item": Source(ITEM, "ik")}
+EAGER_ROWS = {"sales": 100_000, "item": 10}
+
+
+def test_an_aggregate_peeled_of_its_last_join_on_spark_and_a_state_made_before(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """From these counts the sales are aggregated by item before ``item`` is joined
+    (eager aggregation): exact on Spark under changes to both sides.  A state created
+    before eager aggregation (nothing peeled) re-attaches from the same SQL."""
+    from planner.sql import counts_only, define
+
+    peeled, peeled_plan = define(EAGER_SQL, EAGER_SOURCES, name="e", materialize=True,
+                                 stats=counts_only(EAGER_ROWS))
+    unpeeled, _ = define(EAGER_SQL, EAGER_SOURCES, name="e", materialize=True,
+                         stats=counts_only(EAGER_ROWS), peels=())
+    assert peeled_plan.peels == (1,) and peeled.spec() != unpeeled.spec()
+    d = Decimal
+    items = [((1, "toy"), 1), ((2, "pen"), 1), ((3, "toy"), 1)]
+    sales = [((1, 7, 1, d("1.00")), 1), ((2, 8, 2, d("2.00")), 1), ((3, 9, 1, None), 1),
+             ((4, 1, 3, d("4.00")), 1), ((5, 2, None, d("5.00")), 1), ((5, 2, 3, d("6.00")), 1)]
+    schemas = {"item": ITEM, "sales": SALES3}
+    for label, graph in (("fresh", None), ("before", unpeeled)):
+        state = tmp_path / label
+        tables: dict[str, Counter[Row]] = {"item": Counter(dict(items)),
+                                           "sales": Counter(dict(sales))}
+        total: Counter[Row] = Counter()
+        if graph is not None:
+            first = spark_io.SparkPipeline(spark, graph, state, 2, name="e")
+            integrate(total, first.populate({s: frame(spark, schemas[s], rows) for s, rows in
+                                             (("item", items), ("sales", sales))})["e"])
+        sp = spark_io.SparkPipeline.from_sql(spark, EAGER_SQL, EAGER_SOURCES, state_dir=state,
+                                             shards=2, name="e", stats=EAGER_ROWS)
+        assert sp.graph.spec() == (peeled if graph is None else unpeeled).spec(), label
+        if graph is None:
+            integrate(total, sp.populate({s: frame(spark, schemas[s], rows) for s, rows in
+                                          (("item", items), ("sales", sales))})["e"])
+        apply_counted(spark, sp, tables, total, "item", ITEM,
+                      [((2, "pen"), -1), ((2, "toy"), 1), ((3, "toy"), -1)], "e")
+        apply_counted(spark, sp, tables, total, "sales", SALES3,
+                      [((1, 7, 1, d("1.00")), -1), ((6, 3, 2, d("9.50")), 1),
+                       ((6, 3, 2, d("9.50")), 1), ((7, 4, 3, d("1.25")), 1)], "e")
+        assert all(w >= 0 for w in total.values()), label
+        assert +total == duckdb_answer(tables, EAGER_SQL, schemas), label
+        assert len(+total) == 1  # every item is a toy now
