@@ -42,8 +42,8 @@ import pyarrow.compute as pc
 
 from planner._sqlexpr import ExprCompiler
 from planner._sqlfrom import join_bounds
-from planner._sqlgroup import AggregatePlan
-from planner._sqlscope import Bound, BoundScope, agg_key, aliases_of, unique_name
+from planner._sqlgroup import AggregatePlan, key_column
+from planner._sqlscope import Bound, BoundScope, agg_key, aliases_of
 from planner.rule import Decision
 
 if TYPE_CHECKING:
@@ -166,14 +166,8 @@ def _build(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr], agg_nodes: Seque
     computed: dict[str, Any] = {}
     early: dict[int, str] = {}  # position in exprs -> partial column
     for i, e in enumerate(exprs):
-        if aliases_of(e) & peeled:
-            continue
-        v = pre.compile(e)
-        col = next((c for c in stream.columns if v.expr.equals(pc.field(c))), None)
-        if col is None:
-            col = unique_name(f"__g{i}", taken)
-            computed[col] = v.expr
-        early[i] = col
+        if not aliases_of(e) & peeled:
+            early[i] = key_column(pre, stream, e, i, taken, computed)
     if computed:
         stream = stream.with_columns(computed)
     partial_specs: Specs = {}
@@ -210,15 +204,8 @@ def _build(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr], agg_nodes: Seque
     computed = {}
     keys: list[tuple[exp.Expr, str]] = []
     for i, e in enumerate(exprs):
-        if i in early:
-            keys.append((e, early[i]))
-            continue
-        v = post.compile(e)
-        col = next((c for c in final.columns if v.expr.equals(pc.field(c))), None)
-        if col is None:
-            col = unique_name(f"__g{i}", taken)
-            computed[col] = v.expr
-        keys.append((e, col))
+        keys.append((e, early[i] if i in early else
+                     key_column(post, final, e, i, taken, computed)))
     if computed:
         final = final.with_columns(computed)
     combine = {n: (_COMBINE[f], pc.field(n)) for n, (f, _) in partial_specs.items()}

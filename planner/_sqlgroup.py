@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from joinstate import Stream
     from planner._sqlexpr import ExprCompiler
 
-__all__ = ["MAX_CUBE", "AggregatePlan", "expand_grouping"]
+__all__ = ["MAX_CUBE", "AggregatePlan", "expand_grouping", "key_column"]
 
 MAX_CUBE = 12
 """Columns a CUBE may list (2^12 grouping sets, each a group-by)."""
@@ -137,6 +137,21 @@ def expand_grouping(items: Sequence[exp.Expr]
             members += [p for p in part if p not in members]
         sets.append(tuple(sorted(members)))
     return flat, sets
+
+
+def key_column(pre: ExprCompiler, stream: Stream, e: exp.Expr, i: int, taken: set[str],
+               computed: dict[str, Any]) -> str:
+    """The column holding the ``i``-th GROUP BY expression ``e`` over ``stream``.
+
+    One of ``stream``'s columns when ``e`` is one; else a new ``__g<i>`` column, whose
+    expression is added to ``computed`` (the caller adds those columns to the stream).
+    """
+    v = pre.compile(e)
+    col = next((c for c in stream.columns if v.expr.equals(pc.field(c))), None)
+    if col is None:
+        col = unique_name(f"__g{i}", taken)
+        computed[col] = v.expr
+    return col
 
 
 # ---- the aggregate phase ---------------------------------------------------------------

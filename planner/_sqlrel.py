@@ -25,7 +25,7 @@ from planner._sqleager import eager_aggregate
 from planner._sqlerrors import SQLError, UnsupportedSQLError, snippet
 from planner._sqlexpr import ExprCompiler, cast_to, constant, null_of
 from planner._sqlfrom import FromPlanner
-from planner._sqlgroup import AggregatePlan, expand_grouping
+from planner._sqlgroup import AggregatePlan, expand_grouping, key_column
 from planner._sqlscope import (
     AggScope,
     Bound,
@@ -295,12 +295,7 @@ class QueryCompiler:
         computed: dict[str, Any] = {}
         taken = set(stream.columns)
         for i, e in enumerate(exprs):
-            v = pre.compile(e)
-            col = next((c for c in stream.columns if v.expr.equals(pc.field(c))), None)
-            if col is None:
-                col = unique_name(f"__g{i}", taken)
-                computed[col] = v.expr
-            keys.append((e, col))
+            keys.append((e, key_column(pre, stream, e, i, taken, computed)))
         if computed:
             stream = stream.with_columns(computed)
         specs: dict[str, tuple[str, Any]] = {}
