@@ -693,6 +693,11 @@ def _q31_sales(table: str, p: str, addr: str, amount: str) -> tuple[str, str]:
 
 
 SEED_SQL.update({
+    6: [_new_items("6", "CAST(999.99 AS DECIMAL(7, 2)) AS i_current_price"),
+        _new_row("customer_address", "ca_address_sk", "'SD' AS ca_state"),
+        _customers_at_new_addresses(),
+        _sales_of("store_sales", "ss", "customer_sk", _NEW_CUSTOMER, "2001-01-10",
+                  ", (SELECT max(i_item_sk) FROM item) - k % 6 AS ss_item_sk", 30)],
     3: [_new_items("3", "128 AS i_manufact_id"),
         _sold_as_new_items("date_dim", "ss_sold_date_sk = d_date_sk AND d_moy = 11")],
     19: [_new_items("19", "8 AS i_manager_id"),
@@ -715,8 +720,11 @@ SEED_SQL.update({
          _q31_sales("store_sales", "ss", "ss_addr_sk", "1000"),
          _q31_sales("web_sales", "ws", "ws_bill_addr_sk", "[1000, 10000, 99999.99][k // 8 + 1]")],
 })
-"""Rows giving q3, q13, q19 and q31 an answer at SF0.01 (at SF0.1 they have one; the
-seeds add to it).  q3: six items of manufacturer 128 (SF0.01 has none), of six brands,
+"""Rows giving q3, q6, q13, q19 and q31 an answer at SF0.01 (at SF0.1 they have one;
+the seeds add to it).  q6: thirty January 2001 store sales of six items priced far
+above their category's average, by two customers living in South Dakota (SF0.01 has
+states with ten such sales or none, depending on the rows a change seed holds back).
+q3: six items of manufacturer 128 (SF0.01 has none), of six brands,
 sold in copies of the first forty November store sales (any year).  q13: copies of
 thirty store sales of 2001 made to fit its filters (at SF0.01 none does), ten per
 demographic branch, at ten addresses of its states, priced in the branch's band at a
