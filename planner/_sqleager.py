@@ -35,6 +35,7 @@ the same SQL into its store again keeps the plan its state is laid out in.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -67,13 +68,13 @@ _COMBINE = {"sum": "sum", "count": "sum", "min": "min", "max": "max"}
 """How the final GROUP BY combines each partial aggregate."""
 
 
+@dataclass(frozen=True)
 class Peeled:
-    """An aggregate computed in two steps: its output and group-key columns."""
+    """An aggregate computed in two steps: its output, group-key columns, joins peeled."""
 
-    def __init__(self, stream: Stream, keys: list[tuple[exp.Expr, str]], joins: int) -> None:
-        self.stream = stream
-        self.keys = keys
-        self.joins = joins
+    stream: Stream
+    keys: list[tuple[exp.Expr, str]]
+    joins: int
 
 
 def eager_aggregate(bound: Bound, exprs: Sequence[exp.Expr], agg_nodes: Sequence[exp.Expr],

@@ -603,11 +603,8 @@ class FromPlanner:
         return None if spec is None else spec.rows or spec.sampled_from
 
     def _rows_of(self, m: Bound) -> int | None:
-        """The rows a member's sample stands for (None: not a source read directly)."""
-        if m.source is None or m.unfiltered is None:
-            return None
-        spec = self.qc.sources.get(m.source.lower())
-        return None if spec is None else spec.rows or spec.sampled_from
+        """The rows a member's sample stands for (None: no sample of it)."""
+        return None if m.unfiltered is None else self._member_rows(m)
 
     @staticmethod
     def _selectivity(i: int, members: list[Bound],
