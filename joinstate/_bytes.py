@@ -48,7 +48,13 @@ def _split_fixed(raw: bytes, width: int, n: int) -> list[bytes]:
 
 def is_identity(idx: np.ndarray, n: int) -> bool:
     """True if ``idx`` is ``arange(n)``: gathering by it would copy for nothing."""
-    return len(idx) == n and (n == 0 or (idx[0] == 0 and bool((np.diff(idx) == 1).all())))
+    if len(idx) != n:
+        return False
+    if n == 0:
+        return True
+    if idx[0] != 0 or idx[-1] != n - 1:  # most gathers fail here, without a pass over idx
+        return False
+    return bool((np.diff(idx) == 1).all())
 
 
 class Bytes:

@@ -47,6 +47,11 @@ class _Field:
     offset: int  # byte offset of the fixed field (or of its u32 length) in the header
 
 
+# How encode() reads a field's values, decided once per schema: encoding a change of a
+# few rows costs mostly per-column overhead, and a batch encodes a dozen tables.
+_PLAIN, _BOOL, _FLOAT, _VAR = range(4)
+
+
 def _fixed_width(t: pa.DataType) -> int | None:
     if pa.types.is_boolean(t):
         return 1
@@ -58,12 +63,6 @@ def _fixed_width(t: pa.DataType) -> int | None:
     ):
         return None
     return int(t.bit_width // 8)
-
-
-def _valid_mask(arr: pa.Array) -> np.ndarray | None:
-    if arr.null_count == 0:
-        return None
-    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _fixed_matrix(arr: pa.Array, width: int, valid: np.ndarray | None) -> np.ndarray:
@@ -130,6 +129,17 @@ class RowCodec:
         self.fields = sorted(fields, key=lambda fl: fl.index)
         self.var_fields = [f for f in self.fields if f.width is None]
         self.header_bytes = pos
+        self._plan: list[tuple[int, int, int, int, pa.Scalar | None]] = []
+        for f in self.fields:
+            if f.width is None:
+                empty = pa.scalar(b"" if _is_binary(f.type) else "", f.type)
+                self._plan.append((f.index, _VAR, f.offset, 4, empty))
+            elif pa.types.is_boolean(f.type):
+                self._plan.append((f.index, _BOOL, f.offset, 1, None))
+            elif pa.types.is_floating(f.type):
+                self._plan.append((f.index, _FLOAT, f.offset, f.width, None))
+            else:
+                self._plan.append((f.index, _PLAIN, f.offset, f.width, None))
 
     # ---- encode -----------------------------------------------------------------------
 
@@ -137,24 +147,37 @@ class RowCodec:
         """Encode every row of ``table`` (columns in schema order)."""
         n = table.num_rows
         header = np.zeros((n, self.header_bytes), dtype=np.uint8)
-        nulls = np.zeros((n, len(self.fields)), dtype=bool)
+        nulls: np.ndarray | None = None
         var_parts: list[Bytes] = []
-        for f in self.fields:
-            col = table.column(f.index)
-            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            valid = _valid_mask(arr)
-            if valid is not None:
-                nulls[:, f.index] = ~valid
-            if f.width is not None:
-                header[:, f.offset : f.offset + f.width] = _fixed_matrix(arr, f.width, valid)
-                continue
-            if valid is not None:
-                arr = pc.fill_null(arr, pa.scalar(b"" if _is_binary(f.type) else "", f.type))
-            part = Bytes.from_arrow(arr)
-            lengths = part.lengths().astype("<u4")
-            header[:, f.offset : f.offset + 4] = lengths.view(np.uint8).reshape(n, 4)
-            var_parts.append(part)
-        if self.bitmap_bytes:
+        for index, kind, offset, width, empty in self._plan:
+            col = table.column(index)
+            if isinstance(col, pa.ChunkedArray):
+                arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+            else:
+                arr = col
+            valid = None
+            if arr.null_count:
+                valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                if nulls is None:
+                    nulls = np.zeros((n, len(self._plan)), dtype=bool)
+                nulls[:, index] = ~valid
+            if kind == _PLAIN:
+                mat = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[
+                    arr.offset * width : (arr.offset + n) * width].reshape(n, width)
+                view = header[:, offset : offset + width]
+                view[...] = mat
+                if valid is not None:
+                    view[~valid] = 0
+            elif kind == _VAR:
+                if valid is not None:
+                    arr = pc.fill_null(arr, empty)
+                part = Bytes.from_arrow(arr)
+                lengths = part.lengths().astype("<u4")
+                header[:, offset : offset + 4] = lengths.view(np.uint8).reshape(n, 4)
+                var_parts.append(part)
+            else:
+                header[:, offset : offset + width] = _fixed_matrix(arr, width, valid)
+        if self.bitmap_bytes and nulls is not None:
             header[:, : self.bitmap_bytes] = np.packbits(nulls, axis=1, bitorder="little")
         return Bytes.concat_rows([Bytes.from_fixed(header), *var_parts])
 
@@ -174,23 +197,27 @@ class RowCodec:
             mat = rows.matrix()[:, skip : skip + h]
         else:
             mat = rows.data[starts[:, None] + np.arange(h, dtype=np.int64)]
-        nulls = np.unpackbits(
-            mat[:, : self.bitmap_bytes], axis=1, count=len(self.fields), bitorder="little"
-        ).astype(bool)
+        bitmap = mat[:, : self.bitmap_bytes]
+        if bitmap.any():
+            nulls = np.unpackbits(bitmap, axis=1, count=len(self.fields),
+                                  bitorder="little").astype(bool)
+            any_null: list[bool] = np.asarray(nulls.any(axis=0), dtype=bool).tolist()
+        else:  # no NULL anywhere (the common case): no per-column mask to build
+            nulls = np.zeros((n, 0), dtype=bool)
+            any_null = [False] * len(self.fields)
         arrays: list[pa.Array] = []
         var_cursor = starts + h
         for f in self.fields:
-            null_col = nulls[:, f.index]
-            has_nulls = bool(null_col.any())
+            has_nulls = any_null[f.index]
+            null_col = nulls[:, f.index] if has_nulls else None
             validity = (
-                pa.py_buffer(np.packbits(~null_col, bitorder="little")) if has_nulls else None
+                pa.py_buffer(np.packbits(~null_col, bitorder="little"))
+                if null_col is not None else None
             )
             if f.width is not None:
                 vals = np.ascontiguousarray(mat[:, f.offset : f.offset + f.width])
                 if pa.types.is_boolean(f.type):
-                    arrays.append(
-                        pa.array(vals[:, 0].astype(bool), mask=null_col if has_nulls else None)
-                    )
+                    arrays.append(pa.array(vals[:, 0].astype(bool), mask=null_col))
                 else:
                     arrays.append(
                         pa.Array.from_buffers(f.type, n, [validity, pa.py_buffer(vals)])

@@ -289,6 +289,31 @@ def test_groups_vanish_and_come_back(tmp_path: Path) -> None:
     h.store.close()
 
 
+
+def test_a_change_that_leaves_the_values_emits_nothing(tmp_path: Path) -> None:
+    """A group whose output values stay the same emits no -row/+row pair; one whose
+    every value is retracted (only NULLs left) reads NULL, next to a group that keeps its
+    values (the old and the new rows of both go through the output together)."""
+    aggs = [AggSpec("sum_i64", "sum", "i64"), AggSpec("sum_dec", "sum", "dec"),
+            AggSpec("count_i64", "count", "i64")]
+    h = Harness(tmp_path / "s", ["k1"], aggs)
+    row = (1, "a", 5, 1, Decimal("1.50"), 1.5, "x", datetime.date(2020, 1, 1), True)
+    other = (2, "a", 7, 1, Decimal("2.00"), 1.5, "x", datetime.date(2020, 1, 1), True)
+    h.push([(row, 1), (other, 1)])
+    nulls = (1, "b", None, None, None, None, None, None, None)
+    out, w = h.push([(nulls, 1)])  # count(*) changes, no output value does
+    assert out.num_rows == 0 and not len(w)
+    h.check()
+    zero = (2, "b", 0, 1, Decimal("0.00"), 1.5, "x", datetime.date(2020, 1, 1), True)
+    out, w = h.push([(row, -1), (zero, 1)])  # group 1: NULL sums; group 2: +1 count
+    got = {(r["k1"], m): r for r, m in zip(out.to_pylist(), w.tolist(), strict=True)}
+    assert set(got) == {(1, -1), (1, 1), (2, -1), (2, 1)}
+    assert got[(1, 1)] == {"k1": 1, "sum_i64": None, "sum_dec": None, "count_i64": 0}
+    assert got[(2, 1)] == {"k1": 2, "sum_i64": 7, "sum_dec": Decimal("2.00"), "count_i64": 2}
+    assert got[(2, -1)]["count_i64"] == 1
+    h.check()
+    h.store.close()
+
 def test_min_max_after_deleting_the_extreme(tmp_path: Path) -> None:
     schema = pa.schema([("k", pa.int64()), ("x", pa.int64())])
     aggs = [AggSpec("lo", "min", "x"), AggSpec("hi", "max", "x"), AggSpec("n", "count", None)]

@@ -60,13 +60,23 @@ class AggSpec(NamedTuple):
     column: str | None
 
 
+def _int64s(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A stored count as an output column: NULL (an absent group) as 0."""
+    arr = contiguous(col)
+    if arr.null_count == 0 and arr.type == _I64:
+        return arr
+    return pa.array(i64(arr), _I64)
+
+
 class Fold:
     """What folding one batch into the touched groups' state needs to know."""
 
-    __slots__ = ("describe", "extremes", "inv", "n_groups", "n_new", "old", "table", "w")
+    __slots__ = ("_all", "_n_delta", "describe", "extremes", "inv", "n_groups", "n_new", "old",
+                 "table", "w")
 
     def __init__(self, table: pa.Table, w: np.ndarray, inv: np.ndarray, n_groups: int,
-                 old: pa.Table, n_new: np.ndarray, describe: Callable[[int], str]) -> None:
+                 old: pa.Table, n_new: np.ndarray, describe: Callable[[int], str],
+                 n_delta: np.ndarray | None = None) -> None:
         self.table = table
         self.w = w
         self.inv = inv
@@ -75,6 +85,11 @@ class Fold:
         self.n_new = n_new
         self.describe = describe
         self.extremes: dict[str, pa.Array] = {}
+        # Every row, and count(*)'s change per group: what a column without NULLs has.
+        # Shared, so that the aggregates over such columns (most) neither build the row
+        # list nor sum the weights again, each.
+        self._all = np.arange(table.num_rows, dtype=np.int64)
+        self._n_delta = n_delta
 
     def over(self, g: int, what: str, old: object, new: object) -> OverRetractionError:
         """The error for a count of group ``g`` that would become impossible."""
@@ -91,12 +106,14 @@ class Fold:
         """The non-NULL values of ``column`` and the rows they are in."""
         arr = contiguous(self.table.column(column))
         if arr.null_count == 0:
-            return arr, np.arange(len(arr), dtype=np.int64)
+            return arr, self._all
         rows = np.flatnonzero(valid_mask(arr))
         return arr.take(pa.array(rows)), rows
 
     def count_delta(self, rows: np.ndarray, what: str) -> np.ndarray:
         """The summed weight of ``rows`` per group."""
+        if rows is self._all and self._n_delta is not None:
+            return self._n_delta
         return checked_sum_by(self.inv[rows], self.w[rows], self.n_groups, what)
 
     def check_count(self, old: np.ndarray, new: np.ndarray, what: str) -> None:
@@ -139,7 +156,7 @@ class _CountStar(Agg):
     """count(*): the group's ``n``, kept for every group anyway."""
 
     def output(self, st: pa.Table) -> pa.Array:
-        return pa.array(i64(st.column("n")), _I64)
+        return _int64s(st.column("n"))
 
 
 class _Count(Agg):
@@ -158,7 +175,7 @@ class _Count(Agg):
         return [pa.array(new, _I64)]
 
     def output(self, st: pa.Table) -> pa.Array:
-        return pa.array(i64(st.column(self.f)), _I64)
+        return _int64s(st.column(self.f))
 
 
 class _Sum(Agg):
@@ -179,7 +196,9 @@ class _Sum(Agg):
     def _stored(self, col: pa.ChunkedArray | pa.Array) -> ExactInts:
         if not self.decimal:
             return ExactInts(i64(col))
-        return ExactInts.of_decimals(contiguous(pc.fill_null(col, pa.scalar(0, self.type))))
+        if col.null_count:
+            col = pc.fill_null(col, pa.scalar(0, self.type))
+        return ExactInts.of_decimals(contiguous(col))
 
     def fold(self, ctx: Fold) -> list[pa.Array]:
         assert self.spec.column is not None
@@ -207,8 +226,11 @@ class _Sum(Agg):
         return [pa.array(new.to_int64(what_g), _I64), pa.array(nn, _I64)]
 
     def output(self, st: pa.Table) -> pa.Array:
-        present = pc.greater(pc.fill_null(st.column(self.f + ".nn"), 0), 0)
-        return contiguous(pc.if_else(present, st.column(self.f), pa.scalar(None, self.type)))
+        nn = i64(st.column(self.f + ".nn"))
+        if nn.all():  # every group has a value (nn is never negative): the sums as stored
+            return contiguous(st.column(self.f))
+        return contiguous(pc.if_else(pa.array(nn > 0), st.column(self.f),
+                                     pa.scalar(None, self.type)))
 
 
 class _FloatSum(Agg):

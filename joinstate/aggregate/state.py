@@ -247,10 +247,10 @@ class GroupState:
             return f"group-by {self.base!r}, group {key}"
 
         n_old = i64(old.column("n"))
-        n_new = checked_add(n_old, checked_sum_by(inv, w, n_groups, "a group's count(*)"),
-                            "a group's count(*)")
+        n_delta = checked_sum_by(inv, w, n_groups, "a group's count(*)")
+        n_new = checked_add(n_old, n_delta, "a group's count(*)")
         bad = np.flatnonzero(n_new < 0)
-        ctx = Fold(table, w, inv, n_groups, old, n_new, describe)
+        ctx = Fold(table, w, inv, n_groups, old, n_new, describe, n_delta)
         if len(bad):
             g = int(bad[0])
             raise ctx.over(g, "count(*)", int(n_old[g]), int(n_new[g]))
@@ -263,9 +263,11 @@ class GroupState:
             new_cols += h.fold(ctx)
         new = pa.Table.from_arrays(new_cols, schema=self.state_schema)
 
-        # Every check passed: compute the output change and stage the writes.
-        old_out, new_out = self._output(old), self._output(new)
-        same = self._same_values(old_out, new_out)
+        # Every check passed: compute the output change and stage the writes.  The old
+        # and the new rows go through the output functions together (rows g and
+        # n_groups + g): one call per function, not two.
+        both = self._output(pa.concat_tables([old, new]))
+        same = self._same_values(both, n_groups)
         alive = n_new > 0
         # Without group keys the one group's output row exists whether or not it has
         # rows (its empty form is empty_row(), what _output makes of an absent state):
@@ -273,8 +275,7 @@ class GroupState:
         shown, kept = (present, alive) if self.keys else (np.ones_like(present),) * 2
         emit_old = np.flatnonzero(shown & ~(kept & same))
         emit_new = np.flatnonzero(kept & ~(shown & same))
-        out = pa.concat_tables([old_out.take(pa.array(emit_old)),
-                                new_out.take(pa.array(emit_new))])
+        out = both.take(pa.array(np.concatenate([emit_old, emit_new + n_groups])))
         out_w = np.concatenate([np.full(len(emit_old), -1, np.int64),
                                 np.ones(len(emit_new), np.int64)])
 
@@ -324,15 +325,17 @@ class GroupState:
         pos[idx] = np.arange(len(idx))
         return stored.take(pa.array(pos, type=_I64, mask=pos < 0))
 
-    def _same_values(self, old_out: pa.Table, new_out: pa.Table) -> np.ndarray:
-        """Per group, whether its aggregate values are unchanged (meaningful where stored)."""
-        n = new_out.num_rows
+    def _same_values(self, both: pa.Table, n: int) -> np.ndarray:
+        """Per group, whether its aggregate values are unchanged (meaningful where stored).
+
+        ``both``: the ``n`` groups' old output rows, then their new ones.
+        """
         if not self._handlers:  # keys only: a stored group's output row never changes
             return np.ones(n, dtype=bool)
         k = len(self.keys)
-        old_vals = pa.Table.from_arrays(old_out.columns[k:], schema=self._value_codec.schema)
-        new_vals = pa.Table.from_arrays(new_out.columns[k:], schema=self._value_codec.schema)
-        return self._value_codec.encode(old_vals).equals(self._value_codec.encode(new_vals))
+        vals = pa.Table.from_arrays(both.columns[k:], schema=self._value_codec.schema)
+        enc = self._value_codec.encode(vals)
+        return enc.take(np.arange(n)).equals(enc.take(np.arange(n, 2 * n)))
 
     def _output(self, st: pa.Table) -> pa.Table:
         cols = [contiguous(st.column(f"k{j}")) for j in range(len(self.keys))]

@@ -56,12 +56,16 @@ def valid_mask(arr: pa.Array) -> np.ndarray:
 
 def i64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """An int64 column as numpy, NULL (an absent group) as 0."""
-    return np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=np.int64)
+    if col.null_count:
+        col = pc.fill_null(col, 0)
+    return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
 def f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A float column as numpy float64, NULL as 0.0."""
-    return np.asarray(pc.fill_null(col, 0.0).to_numpy(), dtype=np.float64)
+    if col.null_count:
+        col = pc.fill_null(col, 0.0)
+    return np.asarray(col.to_numpy(), dtype=np.float64)
 
 
 def fixed_view(arr: pa.Array, width: int) -> np.ndarray:
