@@ -401,11 +401,14 @@ def _one_size(n: int, sql: str, srcs: Mapping[str, Any], base_dir: Path, work: P
               push: str = "batch", turn: int = 0) -> SizeResult:
     """One batch of ``size`` drawn from the populated state, applied each way, undone.
 
-    ``turn`` (the size's place in the run) rotates which way goes first, and so does
-    each repeat.  With the ways always in one order, the incremental way (always
-    first) ran up to 3x slower than auto running the same per-operator plan (SF1, 0.1%
-    batches: q42 152 against 51 ms, q7, q18, q38, q46); rotating tells an order effect
-    from a difference of the ways, and spreads the first run's cost over all three.
+    The first apply of a newly drawn batch usually ran slower than the next ones,
+    whichever way it was (SF1, q9: at 1% 229-241 ms against 69-87, at 10% 2.0-3.0 s
+    against 0.62-0.9 s, with the same plan; the time is in Arrow's own operations on the
+    batch, the cause is not found), so one untimed apply (auto's) goes before the timed
+    ones: with it q9's ways at 1% took 72-86 ms.  At 10% an apply is still now and then
+    that slow, first or not.  ``turn`` (the size's place in the run) rotates which way
+    goes first, and so does each repeat, so such an effect does not fall on one way
+    every time.
     """
     sr = SizeResult(size)
     snap = changes.snapshot()
@@ -421,6 +424,9 @@ def _one_size(n: int, sql: str, srcs: Mapping[str, Any], base_dir: Path, work: P
         sr.duckdb_s = _duckdb_seconds(oracle, sql)
         sr.rows = want.num_rows
         sr.changed = not tpcds_all.same_answer(want, populated)
+        say(f"size {size:g}: warm-up (auto, not timed)")
+        _apply_way(n, "auto", sql, srcs, base_dir, work, b.deltas, integrated, want, lim,
+                   order, SizeResult(size), push)
         for r in range(repeat):  # the ways interleaved: drifting load hits each alike
             k = (turn + r) % len(WAYS)
             for way in (*WAYS[k:], *WAYS[:k]):
