@@ -48,8 +48,10 @@ class _Field:
 
 
 # How encode() reads a field's values, decided once per schema: encoding a change of a
-# few rows costs mostly per-column overhead, and a batch encodes a dozen tables.
-_PLAIN, _BOOL, _FLOAT, _VAR = range(4)
+# few rows costs mostly per-column overhead, and a batch encodes a dozen tables.  _RAW:
+# the value bytes as Arrow holds them; _CONVERTED: booleans (bits to bytes) and floats
+# (canonical zero and NaN), through _fixed_matrix; _VAR: strings and binaries.
+_RAW, _CONVERTED, _VAR = range(3)
 
 
 def _fixed_width(t: pa.DataType) -> int | None:
@@ -134,12 +136,10 @@ class RowCodec:
             if f.width is None:
                 empty = pa.scalar(b"" if _is_binary(f.type) else "", f.type)
                 self._plan.append((f.index, _VAR, f.offset, 4, empty))
-            elif pa.types.is_boolean(f.type):
-                self._plan.append((f.index, _BOOL, f.offset, 1, None))
-            elif pa.types.is_floating(f.type):
-                self._plan.append((f.index, _FLOAT, f.offset, f.width, None))
+            elif pa.types.is_boolean(f.type) or pa.types.is_floating(f.type):
+                self._plan.append((f.index, _CONVERTED, f.offset, f.width, None))
             else:
-                self._plan.append((f.index, _PLAIN, f.offset, f.width, None))
+                self._plan.append((f.index, _RAW, f.offset, f.width, None))
 
     # ---- encode -----------------------------------------------------------------------
 
@@ -161,7 +161,7 @@ class RowCodec:
                 if nulls is None:
                     nulls = np.zeros((n, len(self._plan)), dtype=bool)
                 nulls[:, index] = ~valid
-            if kind == _PLAIN:
+            if kind == _RAW:
                 mat = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[
                     arr.offset * width : (arr.offset + n) * width].reshape(n, width)
                 view = header[:, offset : offset + width]
