@@ -22,11 +22,22 @@ What is peeled is the longest run of last joins in the chain that
 
 - are plain equi-joins (no other condition applied at the join),
 - join on columns of the inputs before them (not on another peeled input's),
-- bring inputs that only group keys read (no aggregate argument), each group key
-  reading either only peeled inputs or none of them,
+- bring inputs that only group keys read, each group key reading either only peeled
+  inputs or none of them, or that an aggregate reads only as a guard: ``SUM``,
+  ``COUNT``, ``MIN`` or ``MAX`` of ``CASE WHEN <condition> THEN <value> END`` whose
+  condition reads only peeled inputs and whose value reads none (``ELSE NULL``, or
+  ``ELSE 0`` under ``SUM``),
 - and can have few partial groups: the rows of the peeled inputs, multiplied, at most
   a share :data:`PEEL_SHARE` of the rows estimated before them (so only with row
   counts or samples).
+
+A guarded aggregate is split like the others: the partial aggregate takes the value
+unguarded (``SUM(ss_sales_price)`` per date and store for TPC-DS q59's seven
+``SUM(CASE WHEN d_day_name = 'Sunday' THEN ss_sales_price END)``), and the final one
+combines the partials whose joined peeled row passes the condition, a NULL condition
+counting as false as in ``CASE``: every row of a partial group joined the same peeled
+rows, so the condition was the same for all of them.  A change to a date then reaches
+its partial groups, not its sales.
 
 The number of joins peeled is recorded with a view (like its join orders): compiling
 the same SQL into its store again keeps the plan its state is laid out in.
@@ -40,17 +51,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
-from planner._sqlexpr import ExprCompiler
+from planner._sqlexpr import ExprCompiler, constant
 from planner._sqlfrom import join_bounds
 from planner._sqlgroup import AggregatePlan, key_column
-from planner._sqlscope import Bound, BoundScope, agg_key, aliases_of
+from planner._sqlscope import Bound, BoundScope, agg_key, aliases_of, unique_name
+from planner._sqltypes import is_decimal, is_integer
 from planner.rule import Decision
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-
-    from sqlglot import exp
 
     from joinstate import Stream
     from planner._sqlgroup import Specs
@@ -66,6 +77,46 @@ their inputs touch at least tenfold, which pays for the second aggregate."""
 
 _COMBINE = {"sum": "sum", "count": "sum", "min": "min", "max": "max"}
 """How the final GROUP BY combines each partial aggregate."""
+
+_FUNCS = {"Sum": "sum", "Count": "count", "Min": "min", "Max": "max"}
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """An aggregate over ``CASE WHEN cond THEN value [ELSE NULL | ELSE 0] END``.
+
+    ``cond`` reads only peeled inputs, ``value`` none of them; ``zero``: the ELSE is 0
+    (under SUM only), else NULL.
+    """
+
+    func: str
+    case: exp.Expr
+    cond: exp.Expr
+    value: exp.Expr
+    zero: bool
+
+
+def _guard(node: exp.Expr, peeled: set[str]) -> _Guard | None:
+    """``node`` as a :class:`_Guard` over the ``peeled`` aliases, or None if it is not one."""
+    func = _FUNCS.get(type(node).__name__)
+    case = node.this
+    if func is None or not isinstance(case, exp.Case) or case.this is not None:
+        return None
+    ifs = case.args.get("ifs") or []
+    if len(ifs) != 1 or not isinstance(ifs[0], exp.If):
+        return None
+    cond, value = ifs[0].this, ifs[0].args.get("true")
+    default = case.args.get("default")
+    zero = (func == "sum" and isinstance(default, exp.Literal) and not default.is_string
+            and default.this in ("0", 0))
+    if value is None or not (default is None or isinstance(default, exp.Null) or zero):
+        return None
+    reads = aliases_of(cond)
+    if not reads or reads - peeled or aliases_of(value) & peeled:
+        return None
+    if isinstance(value, exp.Div):
+        return None  # SUM(x / c) is summed exactly and divided after: not split
+    return _Guard(func, case, cond, value, zero)
 
 
 @dataclass(frozen=True)
@@ -99,16 +150,19 @@ def eager_aggregate(bound: Bound, exprs: Sequence[exp.Expr], agg_nodes: Sequence
         why = _peelable(peel, exprs, agg_nodes, estimate=recorded is None)
         if why is None:
             continue
-        built = _build(peel, exprs, agg_nodes, specs, outer, fallback)
+        built = _build(bound, peel, exprs, agg_nodes, specs, outer, fallback)
         if built is None:
             continue
         names = [n for s in peel for n in s.member.aliases]
+        peeled = {a for s in peel for a in s.member.aliases}
+        read = ("only group keys and CASE conditions in aggregates read"
+                if any(aliases_of(a) & peeled for a in agg_nodes) else "only group keys read")
         record(Decision(
             topic="eager_aggregate", subject=f"GROUP BY over {bound.label}",
             choice=names,
             reason=(("kept as recorded when the view was compiled: " if recorded else "")
                     + f"aggregated by {', '.join(c for c, _ in _fks(peel))} before "
-                    f"joining {', '.join(names)}, which only group keys read: {why}"),
+                    f"joining {', '.join(names)}, which {read}: {why}"),
             figures={"joins": k, "member_rows": [s.member_rows for s in peel],
                      "rows_before": peel[0].rows_before},
             rule="eager_aggregate"))
@@ -133,9 +187,13 @@ def _peelable(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr],
         reads = aliases_of(e)
         if reads & peeled and reads - peeled:
             return None
-    if any(aliases_of(a) & peeled for a in agg_nodes):
-        return None
-    if not any(aliases_of(e) & peeled for e in exprs):
+    guarded = False
+    for a in agg_nodes:
+        if aliases_of(a) & peeled:
+            if _guard(a, peeled) is None:
+                return None
+            guarded = True
+    if not guarded and not any(aliases_of(e) & peeled for e in exprs):
         return None  # the peeled inputs only filter: nothing to gain from the keys
     rows = [s.member_rows for s in peel]
     if not estimate:
@@ -150,8 +208,8 @@ def _peelable(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr],
             f"rows) against ~{before:,.0f} rows estimated before those joins")
 
 
-def _build(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr], agg_nodes: Sequence[exp.Expr],
-           specs: Specs, outer: frozenset[str],
+def _build(bound: Bound, peel: Sequence[JoinStep], exprs: Sequence[exp.Expr],
+           agg_nodes: Sequence[exp.Expr], specs: Specs, outer: frozenset[str],
            fallback: Callable[[exp.Expr, ExprCompiler, Specs, set[str]], Typed | str]
            ) -> tuple[Stream, list[tuple[exp.Expr, str]]] | None:
     """The two aggregates and the joins between them.
@@ -172,14 +230,29 @@ def _build(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr], agg_nodes: Seque
     if computed:
         stream = stream.with_columns(computed)
     partial_specs: Specs = {}
-    plan = AggregatePlan(pre, partial_specs, set(stream.columns), list(exprs), fallback,
-                         lambda _: None)
+    names = set(stream.columns)
+    plan = AggregatePlan(pre, partial_specs, names, list(exprs), fallback, lambda _: None)
+    guards: dict[str, _Guard] = {}
     seen: set[str] = set()
     for a in agg_nodes:
         key = agg_key(a)
-        if key not in seen:
-            seen.add(key)
+        if key in seen:
+            continue
+        seen.add(key)
+        g = _guard(a, peeled) if aliases_of(a) & peeled else None
+        if g is None:
             plan.value(a)
+            continue
+        # The partial of the value alone, under a name of its own: the one-step plan
+        # registered the guarded aggregate as a spec of its own too (its CASE differs
+        # from every other), so the names stay in step with ``specs``.
+        v = pre.compile(g.value)
+        if g.func == "sum" and not (is_integer(v.type) or is_decimal(v.type)):
+            return None  # a float (or boolean) sum: two steps would round differently
+        expr = None if g.func == "count" and v.const and constant(v).is_valid else v.expr
+        name = unique_name(f"__a{len(partial_specs)}", names)
+        partial_specs[name] = (g.func, expr)
+        guards[name] = g
     if plan.special:
         return None
     if not partial_specs and len(specs) == 1:
@@ -187,6 +260,12 @@ def _build(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr], agg_nodes: Seque
     if list(partial_specs) != list(specs) or any(
             partial_specs[n][0] != f or f not in _COMBINE for n, (f, _) in specs.items()):
         return None
+    if guards:  # each guarded partial stands where the one-step plan has its CASE
+        one = ExprCompiler(BoundScope(bound, outer))
+        for n, g in guards.items():
+            case = one.compile(g.case).expr
+            if specs[n][1] is None or not specs[n][1].equals(case):
+                return None
     group = list(dict.fromkeys([left for left, _ in _fks(peel)] + list(early.values())))
     if set(group) & set(partial_specs):
         return None
@@ -209,6 +288,15 @@ def _build(peel: Sequence[JoinStep], exprs: Sequence[exp.Expr], agg_nodes: Seque
                      key_column(post, final, e, i, taken, computed)))
     if computed:
         final = final.with_columns(computed)
-    combine = {n: (_COMBINE[f], pc.field(n)) for n, (f, _) in partial_specs.items()}
+    combine: Specs = {}
+    for n, (f, _) in partial_specs.items():
+        g = guards.get(n)
+        if g is None:
+            combine[n] = (_COMBINE[f], pc.field(n))
+            continue
+        t = final.schema.field(n).type
+        cond = pc.coalesce(post.predicate(g.cond).expr, pc.scalar(False))
+        other = pc.scalar(pa.scalar(0 if g.zero or f == "count" else None, t))
+        combine[n] = (_COMBINE[f], pc.if_else(cond, pc.field(n), other))
     cols = list(dict.fromkeys(c for _, c in keys))
     return final.group_by(cols).aggregate(**combine), keys
