@@ -320,11 +320,14 @@ _FILTER = {"a": "a.a_grp < 4", "b": "b.b_name IS NOT NULL", "c": "c.flag = 1"}
 _GUARDED = {"a": ["sum(CASE WHEN a.a_name = 'a1' THEN f.x END)",
                   "count(CASE WHEN a.a_grp < 2 THEN f.y END)",
                   "sum(CASE WHEN a.a_name IS NULL OR a.a_grp = 3 THEN f.y ELSE 0 END)",
-                  "count(CASE WHEN a.a_name <> 'a0' THEN 1 END)"],
+                  "count(CASE WHEN a.a_name <> 'a0' THEN 1 END)",
+                  "sum(CASE WHEN a.a_name IN ('a1', 'a3') THEN 1 ELSE 0 END)",
+                  "count(CASE WHEN a.a_grp = 2 THEN NULL END)"],
             "b": ["min(CASE WHEN b.b_name = 'x' THEN f.y END)",
                   "max(CASE WHEN b.b_name <> 'y' THEN f.z ELSE NULL END)"],
             "c": ["sum(CASE WHEN c.flag = 1 THEN f.x ELSE 0 END)",
-                  "max(CASE WHEN c.n3 = 2 THEN f.y END)"]}
+                  "max(CASE WHEN c.n3 = 2 THEN f.y END)",
+                  "sum(CASE WHEN c.n3 + c.flag > 1 THEN f.x * 2 - 1 END)"]}
 """Aggregates a dimension is read in only as a CASE guard (peelable)."""
 
 
