@@ -67,14 +67,19 @@ def _fixed_width(t: pa.DataType) -> int | None:
     return int(t.bit_width // 8)
 
 
+def _value_bytes(arr: pa.Array, width: int) -> np.ndarray:
+    """The (rows, width) bytes of a fixed-width array's values, a view of Arrow's buffer."""
+    start = arr.offset * width
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+    return raw[start : start + len(arr) * width].reshape(len(arr), width)
+
+
 def _fixed_matrix(arr: pa.Array, width: int, valid: np.ndarray | None) -> np.ndarray:
     n = len(arr)
     if pa.types.is_boolean(arr.type):
         filled = pc.fill_null(arr, False) if valid is not None else arr
         return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.uint8).reshape(n, 1)
-    buf = arr.buffers()[1]
-    start = arr.offset * width
-    mat = np.frombuffer(buf, dtype=np.uint8)[start : start + n * width].reshape(n, width)
+    mat = _value_bytes(arr, width)
     owned = False
     if pa.types.is_floating(arr.type):
         mat, owned = _canonical_floats(mat, width)
@@ -162,10 +167,8 @@ class RowCodec:
                     nulls = np.zeros((n, len(self._plan)), dtype=bool)
                 nulls[:, index] = ~valid
             if kind == _RAW:
-                mat = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[
-                    arr.offset * width : (arr.offset + n) * width].reshape(n, width)
                 view = header[:, offset : offset + width]
-                view[...] = mat
+                view[...] = _value_bytes(arr, width)
                 if valid is not None:
                     view[~valid] = 0
             elif kind == _VAR:

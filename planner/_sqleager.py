@@ -53,11 +53,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from planner._sqlexpr import ExprCompiler, constant
+from planner._sqlexpr import ExprCompiler
 from planner._sqlfrom import join_bounds
 from planner._sqlgroup import AggregatePlan, key_column
 from planner._sqlscope import Bound, BoundScope, agg_key, aliases_of, unique_name
-from planner._sqltypes import is_decimal, is_integer
 from planner.rule import Decision
 
 if TYPE_CHECKING:
@@ -243,15 +242,16 @@ def _build(bound: Bound, peel: Sequence[JoinStep], exprs: Sequence[exp.Expr],
         if g is None:
             plan.value(a)
             continue
-        # The partial of the value alone, under a name of its own: the one-step plan
-        # registered the guarded aggregate as a spec of its own too (its CASE differs
-        # from every other), so the names stay in step with ``specs``.
-        v = pre.compile(g.value)
-        if g.func == "sum" and not (is_integer(v.type) or is_decimal(v.type)):
-            return None  # a float (or boolean) sum: two steps would round differently
-        expr = None if g.func == "count" and v.const and constant(v).is_valid else v.expr
+        # The partial of the value alone (compiled as the compiler compiles that
+        # aggregate), under a name of its own: the one-step plan registered the guarded
+        # aggregate as a spec of its own too (its CASE differs from every other), so the
+        # names stay in step with ``specs``.  A float sum is refused below.
+        own: Specs = {}
+        fallback(type(a)(this=g.value.copy()), pre, own, set(names))
+        if len(own) != 1:
+            return None
         name = unique_name(f"__a{len(partial_specs)}", names)
-        partial_specs[name] = (g.func, expr)
+        partial_specs[name] = next(iter(own.values()))
         guards[name] = g
     if plan.special:
         return None
